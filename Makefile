@@ -1,0 +1,67 @@
+# The book's commands. `make book` builds the site, `make test` runs every check; both create
+# and fill the virtual environment .venv first when it is missing or out of date.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# Notebooks in the order of the table of contents (only those that exist: the toc lists no other).
+NOTEBOOKS = $(shell $(PY) scripts/toc_notebooks.py)
+export PYTHONHASHSEED := 0
+export HF_HUB_OFFLINE ?= 1
+export TRANSFORMERS_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: help install book test lint unit nbval site-check outputs bench formulas warm clean
+
+help:
+	@echo "make book     build the website into _build/html (from the stored notebook outputs)"
+	@echo "make test     lint, unit and structural tests, nbval regression, warning-free site build"
+	@echo "make outputs  re-execute every notebook top to bottom and store its outputs"
+	@echo "make bench    time every notebook; writes _build/bench.md"
+	@echo "make formulas regenerate Appendix E from data/formula_sheets.yml"
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# One-time messages of a fresh machine (matplotlib's font cache) must not reach the notebooks'
+# stderr, which nbval compares: build the caches before anything executes a notebook.
+warm: $(STAMP)
+	@MPLBACKEND=Agg $(PY) -c "import matplotlib.pyplot as plt; plt.figure(); plt.close('all')"
+
+book: $(STAMP)
+	$(VENV)/bin/jupyter-book build . -W -n --keep-going
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests scripts chapters appendix
+
+unit: $(STAMP)
+	$(PY) -m pytest -q tests
+
+nbval: warm
+	$(PY) -m pytest -q -p no:cacheprovider --nbval --nbval-current-env \
+		--nbval-sanitize-with nbval_sanitize.cfg -o testpaths= $(NOTEBOOKS)
+
+site-check: $(STAMP)
+	rm -rf _build/html _build/.doctrees
+	$(VENV)/bin/jupyter-book build . -W -n --keep-going
+
+test: lint unit nbval site-check
+
+outputs: warm
+	$(PY) scripts/run_notebooks.py --inplace $(NOTEBOOKS)
+
+bench: warm
+	$(PY) scripts/run_notebooks.py --bench _build/bench.md $(NOTEBOOKS)
+
+formulas: $(STAMP)
+	$(PY) scripts/make_formula_index.py
+
+clean:
+	rm -rf _build

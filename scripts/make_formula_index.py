@@ -1,0 +1,84 @@
+"""Generate Appendix E (appendix/e_formula_sheets.md) from data/formula_sheets.yml.
+
+Every equation of the sheets is rendered; where a notebook of the book carries its label
+`eq-N-k`, the entry links to that derivation with the `{eq}` role, and otherwise says that the
+chapter is not yet written. tests/test_book.py checks that the committed page is up to date:
+
+    python scripts/make_formula_index.py           # rewrite the page
+    python scripts/make_formula_index.py --check   # exit 1 if the page is stale
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+from booktools import ROOT, sheet, toc_notebooks
+
+OUT = ROOT / "appendix" / "e_formula_sheets.md"
+LABEL_RE = re.compile(r"\$\$\s*\((eq-[0-9A-Ca-c]+-\d+)\)")
+
+
+def labelled() -> dict[str, str]:
+    """{label: notebook path relative to appendix/} for every labelled equation in the toc."""
+    found = {}
+    for nb_path in toc_notebooks():
+        nb = json.loads(nb_path.read_text(encoding="utf-8"))
+        for cell in nb["cells"]:
+            if cell["cell_type"] == "markdown":
+                for label in LABEL_RE.findall("".join(cell["source"])):
+                    found[label] = "../" + nb_path.relative_to(ROOT).as_posix()
+    return found
+
+
+def render() -> str:
+    data = sheet()
+    links = labelled()
+    lines = [
+        "# E · Formula sheets",
+        "",
+        "Every key equation of the book, chapter by chapter, in the notation of the sheets.",
+        "Each entry links to the place where the book derives, implements and checks it; entries",
+        "of chapters that are not yet written say so. This page is generated from",
+        "`data/formula_sheets.yml` by `scripts/make_formula_index.py` (`make formulas`); do not",
+        "edit it by hand.",
+        "",
+    ]
+    total = sum(len(ch.get("equations", [])) for ch in data["chapters"])
+    done = sum(1 for ch in data["chapters"] for e in ch.get("equations", [])
+               if f"eq-{e['id'].replace('.', '-')}" in links)
+    lines += [f"Derived so far: **{done} of {total}** equations.", ""]
+    for ch in data["chapters"]:
+        num = ch["number"]
+        head = f"{int(num):d}" if str(num).isdigit() else f"Appendix {num}"
+        lines += [f"## {head} · {ch['title']}", ""]
+        for note in ch.get("notes", []):
+            lines += [f"- {note}"]
+        if ch.get("notes"):
+            lines += [""]
+        for eq in ch.get("equations", []):
+            label = f"eq-{eq['id'].replace('.', '-')}"
+            if label in links:
+                where = f"derived in {{eq}}`{label}` of [this chapter]({links[label]})"
+            else:
+                where = "not yet written"
+            lines += [f"**{eq['id']}** ({where})", "", "$$", eq["latex"], "$$", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main() -> int:
+    text = render()
+    if "--check" in sys.argv:
+        if not OUT.exists() or OUT.read_text(encoding="utf-8") != text:
+            print(f"{OUT.relative_to(ROOT)} is stale: run `make formulas`")
+            return 1
+        print(f"{OUT.relative_to(ROOT)} is up to date")
+        return 0
+    OUT.write_text(text, encoding="utf-8")
+    print(f"wrote {OUT.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""mlbook: the executable ML refresher's package. One module per concept:
+
+- :mod:`mlbook.check`        numerical checks that print one line and raise on failure
+- :mod:`mlbook.viz`          the book's plotting style and shared figure helpers
+- :mod:`mlbook.notebook`     notebook setup (seeds, style) and showing package source
+- :mod:`mlbook.probability`  probability rules, estimators and sampling (chapter 6)
+"""
+
+from . import check, notebook, probability, viz
+from .check import CheckFailed, check_close, check_interval, check_mc_mean, check_true
+from .notebook import setup, show_source
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "check",
+    "notebook",
+    "probability",
+    "viz",
+    "CheckFailed",
+    "check_close",
+    "check_interval",
+    "check_mc_mean",
+    "check_true",
+    "setup",
+    "show_source",
+]

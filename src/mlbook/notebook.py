@@ -1,0 +1,46 @@
+"""What every chapter notebook does first: seeds, plotting style, and showing package source.
+
+Notebooks never re-define what the package holds; they *show* it with :func:`show_source`, so
+the page and the tested code are one and the same text.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+
+import numpy as np
+import torch
+
+from .viz import use_book_style
+
+__all__ = ["setup", "show_source"]
+
+
+def setup(seed: int = 0) -> np.random.Generator:
+    """Seed Python, NumPy and torch, use float32 defaults and the book's plot style.
+
+    Returns a NumPy ``Generator`` seeded with ``seed`` for the notebook's own draws.
+    """
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.set_default_dtype(torch.float32)
+    use_book_style()
+    return np.random.default_rng(seed)
+
+
+def show_source(*objects) -> None:
+    """Display the source of package functions or classes as one highlighted code block."""
+    if not objects:
+        raise ValueError("show_source needs at least one function or class")
+    from IPython.display import Markdown, display
+
+    parts = []
+    for obj in objects:
+        if not (inspect.isfunction(obj) or inspect.isclass(obj)):
+            raise TypeError(f"show_source shows functions and classes, got {type(obj).__name__}")
+        parts.append(inspect.getsource(obj).rstrip())
+    display(Markdown("```python\n" + "\n\n\n".join(parts) + "\n```"))
