@@ -53,6 +53,7 @@ def render() -> str:
         num = ch["number"]
         head = f"{int(num):d}" if str(num).isdigit() else f"Appendix {num}"
         lines += [f"## {head} · {ch['title']}", ""]
+        place = f"chapter {num}" if str(num).isdigit() else f"appendix {num}"
         for note in ch.get("notes", []):
             lines += [f"- {note}"]
         if ch.get("notes"):
@@ -60,7 +61,7 @@ def render() -> str:
         for eq in ch.get("equations", []):
             label = f"eq-{eq['id'].replace('.', '-')}"
             if label in links:
-                where = f"derived in {{eq}}`{label}` of [this chapter]({links[label]})"
+                where = f"{{eq}}`{label}` in [{place}]({links[label]})"
             else:
                 where = "not yet written"
             lines += [f"**{eq['id']}** ({where})", "", "$$", eq["latex"], "$$", ""]

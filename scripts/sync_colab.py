@@ -12,16 +12,17 @@ from __future__ import annotations
 import re
 import sys
 
+import booktools
 import nbformat
-
-from booktools import ROOT, colab_badge, pip_spec, toc_notebooks
+from booktools import colab_badge, pip_spec, toc_notebooks
 
 BADGE_RE = re.compile(r"^\[!\[Open In Colab\]\(.*$", re.M)
 PIP_RE = re.compile(r'^(\s*)%pip install --quiet ".*"$', re.M)
 
 
 def expected(nb_path) -> tuple[str, str]:
-    return colab_badge(nb_path.relative_to(ROOT).as_posix()), f'%pip install --quiet "{pip_spec()}"'
+    badge = colab_badge(nb_path.relative_to(booktools.ROOT).as_posix())
+    return badge, f'%pip install --quiet "{pip_spec()}"'
 
 
 def sync(nb_path, write: bool) -> list[str]:
@@ -58,7 +59,7 @@ def main() -> int:
     for nb_path in toc_notebooks():
         for problem in sync(nb_path, write=not check):
             bad += 1
-            print(f"{nb_path.relative_to(ROOT)}: {problem}")
+            print(f"{nb_path.relative_to(booktools.ROOT)}: {problem}")
     return 1 if check and bad else 0
 
 

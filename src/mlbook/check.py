@@ -44,14 +44,14 @@ def as_numpy(x) -> np.ndarray:
             return x.to(dtype=x.dtype).numpy().astype(np.complex128)
         return x.double().numpy()
     arr = np.asarray(x)
-    if arr.dtype == object:
-        raise TypeError(f"cannot compare values of type {type(x).__name__}")
+    if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        raise TypeError(f"cannot compare non-numeric values (dtype {arr.dtype})")
     return arr.astype(np.complex128 if np.iscomplexobj(arr) else np.float64)
 
 
 def fmt(x: float, digits: int = 4) -> str:
     """Format a float with ``digits`` significant digits (the book's rule for printed numbers)."""
-    if x == 0 or not math.isfinite(x):
+    if not math.isfinite(x):
         return str(x)
     return f"{x:.{digits}g}"
 
@@ -113,7 +113,8 @@ def check_close(
     mismatch = (fa != fe) | (~fa & ~fe & ~same_nonfinite)
     if mismatch.any():
         idx = tuple(int(i) for i in np.argwhere(mismatch)[0])
-        raise _fail(what, f"non-finite mismatch at index {idx}: actual {a[idx]!r}, expected {e[idx]!r}")
+        raise _fail(what, f"non-finite mismatch at index {idx}: "
+                          f"actual {a[idx]!r}, expected {e[idx]!r}")
     diff = np.where(fa, np.abs(np.where(fa, a, 0) - np.where(fe, e, 0)), 0.0)
     bound = atol + rtol * np.abs(np.where(fe, e, 0))
     finite = fa

@@ -219,7 +219,8 @@ def markov_sequence_log_prob(initial, transition, seq) -> float:
         raise ValueError(f"initial must be (K,) and transition (K, K); got {pi.shape}, {tr.shape}")
     s = np.asarray(seq)
     if s.ndim != 1 or s.size == 0 or not np.issubdtype(s.dtype, np.integer):
-        raise ValueError(f"seq must be a non-empty 1-D integer array, got shape {s.shape}, {s.dtype}")
+        raise ValueError(f"seq must be a non-empty 1-D integer array, got shape {s.shape}, "
+                         f"dtype {s.dtype}")
     if s.min() < 0 or s.max() >= pi.size:
         raise ValueError(f"states must lie in [0, {pi.size}), got range [{s.min()}, {s.max()}]")
     with np.errstate(divide="ignore"):
@@ -282,7 +283,8 @@ def score_function_grad(f: Callable[[torch.Tensor], torch.Tensor], mu: float, si
     x = mu_t + sigma_t * eps
     fx = f(x)
     if fx.shape != x.shape:
-        raise ValueError(f"f must map shape {tuple(x.shape)} to the same shape, got {tuple(fx.shape)}")
+        raise ValueError(f"f must map shape {tuple(x.shape)} to the same shape, "
+                         f"got {tuple(fx.shape)}")
     score = torch.stack([(x - mu_t) / sigma_t**2,
                          ((x - mu_t) ** 2 - sigma_t**2) / sigma_t**3], dim=1)  # (n, 2)
     return (fx - baseline)[:, None] * score
@@ -293,7 +295,8 @@ def pathwise_grad(f: Callable[[torch.Tensor], torch.Tensor], mu: float, sigma: f
     """Per-sample pathwise (reparameterisation) estimates of d/d(mu, sigma) E[f(x)].
 
     Writes x = mu + sigma * eps with eps ~ N(0, 1) and differentiates f(x) through x with
-    autograd: d/dmu = f'(x), d/dsigma = f'(x) eps. The reference estimator that eq. 6.4 is compared with.
+    autograd: d/dmu = f'(x), d/dsigma = f'(x) eps. The reference estimator that eq. 6.4 is
+    compared with.
 
     Returns:
         (n, 2) float64 tensor, columns as in :func:`score_function_grad`.
@@ -305,7 +308,8 @@ def pathwise_grad(f: Callable[[torch.Tensor], torch.Tensor], mu: float, sigma: f
     x = (mu_t + sigma_t * eps).requires_grad_(True)
     fx = f(x)
     if fx.shape != x.shape:
-        raise ValueError(f"f must map shape {tuple(x.shape)} to the same shape, got {tuple(fx.shape)}")
+        raise ValueError(f"f must map shape {tuple(x.shape)} to the same shape, "
+                         f"got {tuple(fx.shape)}")
     (dfdx,) = torch.autograd.grad(fx.sum(), x)  # (n,): samples are independent
     return torch.stack([dfdx, dfdx * eps], dim=1).detach()
 
@@ -342,11 +346,13 @@ def categorical_nll(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         y: (N,) integer labels in [0, K).
     """
     if logits.ndim != 2 or y.ndim != 1 or y.shape[0] != logits.shape[0]:
-        raise ValueError(f"need logits (N, K) and y (N,), got {tuple(logits.shape)}, {tuple(y.shape)}")
+        raise ValueError(f"need logits (N, K) and y (N,), got {tuple(logits.shape)}, "
+                         f"{tuple(y.shape)}")
     if y.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"y must hold integer labels, got {y.dtype}")
     if y.numel() and (y.min() < 0 or y.max() >= logits.shape[1]):
-        raise ValueError(f"labels must lie in [0, {logits.shape[1]}), got [{int(y.min())}, {int(y.max())}]")
+        raise ValueError(f"labels must lie in [0, {logits.shape[1]}), "
+                         f"got [{int(y.min())}, {int(y.max())}]")
     m = logits.max(dim=1, keepdim=True).values  # (N, 1): shift for stability
     lse = m.squeeze(1) + torch.log(torch.exp(logits - m).sum(dim=1))  # (N,)
     return (lse - logits.gather(1, y[:, None]).squeeze(1)).mean()

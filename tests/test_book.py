@@ -1,0 +1,248 @@
+"""Structural tests of the book against BOOK_STANDARD.md: the toc, every notebook, Appendix E.
+
+These read the notebooks as committed and execute nothing (nbval re-executes them separately).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import booktools  # noqa: E402
+import make_formula_index  # noqa: E402
+import sync_colab  # noqa: E402
+
+IGNORE_RE = re.compile(r"#\s*NBVAL_IGNORE_OUTPUT")
+IMPORT_RE = re.compile(r"^\s*(from\s+mlbook[\s.]|import\s+mlbook\b)", re.M)
+CHECK_RE = re.compile(r"\bcheck_\w+\s*\(|\bassert\b|gradcheck\s*\(")
+EXERCISE_RE = re.compile(r":::\s*\{exercise\}\s*\n:label:\s*(\S+)")
+SOLUTION_START_RE = re.compile(r"```\{solution-start\}\s*(\S+)\s*\n((?::\w+:.*\n)*)")
+LABEL_RE = re.compile(r"\$\$\s*\((eq-[0-9A-Ca-c]+-\d+)\)")
+# Parts of the toc and the sheet chapters they hold (issue: parts mirror the formula sheets).
+PARTS = {
+    "Foundations (6–8)": range(6, 9),
+    "Learning and networks (9–16)": range(9, 17),
+    "Language models and attention (17–26)": range(17, 27),
+    "Architectures (27–32)": range(27, 33),
+    "Post-training (33–38)": range(33, 39),
+    "Inference, systems and agents (39–44)": range(39, 45),
+    "Beyond the sheets (45+)": range(45, 100),
+    "Appendices (A–C, E)": None,
+}
+
+NOTEBOOKS = booktools.toc_notebooks()
+
+
+def cell_text(cell) -> str:
+    src = cell["source"]
+    return "".join(src) if isinstance(src, list) else src
+
+
+def notebook_problems(path: Path) -> list[str]:
+    """Every way the notebook falls short of the standard (empty list: it complies)."""
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    problems = []
+    key = booktools.sheet_key(path)
+    cells = nb.cells
+    code = [c for c in cells if c.cell_type == "code" and cell_text(c).strip()]
+    md = "\n".join(cell_text(c) for c in cells if c.cell_type == "markdown")
+    src = "\n".join(cell_text(c) for c in code)
+
+    # Header: "# NN · Title" (appendix: "# A · Title") in the first cell.
+    head = key.zfill(2) if key and key.isdigit() else key
+    if not cells or not cell_text(cells[0]).startswith(f"# {head} · "):
+        problems.append(f"first cell must start with '# {head} · Title'")
+
+    # Outputs stored from one real top-to-bottom run.
+    counts = [c.execution_count for c in code]
+    if any(n is None for n in counts):
+        problems.append(f"{sum(n is None for n in counts)} code cells were never executed")
+    elif counts != list(range(1, len(code) + 1)):
+        problems.append("execution counts are not 1..n in order: not one top-to-bottom run")
+    with_out = [c for c in code if c.outputs]
+    if not with_out:
+        problems.append("no stored outputs (nbval would pass it vacuously)")
+    outs = [o for c in code for o in c.outputs]
+    if any(o.output_type == "error" for o in outs):
+        problems.append("error outputs stored")
+    if any(o.output_type == "stream" and o.name == "stderr" for o in outs):
+        problems.append("stderr output stored (warnings must be fixed at their cause)")
+    ignored = sum(bool(IGNORE_RE.search(cell_text(c))) for c in with_out)
+    if ignored > max(1, len(with_out) // 10):
+        problems.append(f"{ignored}/{len(with_out)} output cells ignored by nbval (max 1 in 10)")
+
+    # Content.
+    if not IMPORT_RE.search(src):
+        problems.append("does not import mlbook")
+    if not any("image/png" in o.get("data", {}) for o in outs):
+        problems.append("no figure")
+    if not CHECK_RE.search(src):
+        problems.append("no numerical check")
+    if "google.colab" not in src:
+        problems.append("no Colab setup cell")
+    problems += sync_colab.sync(path, write=False)
+
+    # Equations of the sheet, each labelled and cited in the summary.
+    ids = booktools.sheet_label_ids().get(key, []) if key else []
+    labels = set(LABEL_RE.findall(md))
+    missing = [i for i in ids if i not in labels]
+    if missing:
+        problems.append("missing equation labels " + ", ".join(missing))
+    if ids and "## Summary" not in md:
+        problems.append("no '## Summary' section")
+    summary = md.split("## Summary", 1)[-1]
+    uncited = [i for i in ids if f"{{eq}}`{i}`" not in summary]
+    if ids and uncited:
+        problems.append("summary does not cite " + ", ".join(uncited))
+
+    # Exercises: at least three, each with a hidden solution that contains executed code.
+    exercises = EXERCISE_RE.findall(md)
+    if len(exercises) < 3:
+        problems.append(f"{len(exercises)} exercises (need at least 3)")
+    solutions = {}
+    in_solution, executed = None, 0
+    for c in cells:
+        text = cell_text(c)
+        if c.cell_type == "markdown":
+            m = SOLUTION_START_RE.search(text)
+            if in_solution and "{solution-end}" in text:
+                solutions[in_solution] = (solutions[in_solution][0], executed)
+                in_solution = None
+            if m:
+                in_solution, executed = m.group(1), 0
+                solutions[m.group(1)] = (":class: dropdown" in m.group(2), 0)
+        elif in_solution and text.strip() and c.execution_count is not None:
+            executed += 1
+    for ex in exercises:
+        if ex not in solutions:
+            problems.append(f"exercise {ex} has no gated solution")
+            continue
+        hidden, n_exec = solutions[ex]
+        if not hidden:
+            problems.append(f"solution of {ex} is not a dropdown")
+        if n_exec == 0:
+            problems.append(f"solution of {ex} has no executed code cell")
+    return problems
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_meets_the_standard(path):
+    problems = notebook_problems(path)
+    assert not problems, f"{path.relative_to(ROOT)}:\n  - " + "\n  - ".join(problems)
+
+
+def test_toc_lists_exactly_the_notebooks_that_exist():
+    entries = booktools.toc_entries()
+    for e in entries:
+        assert (ROOT / f"{e}.ipynb").exists() or (ROOT / f"{e}.md").exists(), f"toc lists {e}"
+    assert len(entries) == len(set(entries)), "toc lists a file twice"
+    on_disk = {p.relative_to(ROOT).with_suffix("").as_posix()
+               for folder in ("chapters", "appendix") for p in (ROOT / folder).glob("*")
+               if p.suffix in (".ipynb", ".md")}
+    assert on_disk <= set(entries), f"not in _toc.yml: {sorted(on_disk - set(entries))}"
+    for e in entries[1:]:
+        assert booktools.NOTEBOOK_RE.match(e) or e == "appendix/e_formula_sheets", (
+            f"{e}: chapters are chapters/NN_slug, appendices appendix/x_slug")
+
+
+def test_toc_parts_mirror_the_sheets():
+    toc = booktools.toc()
+    assert toc["format"] == "jb-book" and toc["root"] == "intro"
+    captions = [p["caption"] for p in toc["parts"]]
+    assert [c for c in PARTS if c in captions] == captions, f"parts out of order: {captions}"
+    for part in toc["parts"]:
+        assert part["chapters"], f"part {part['caption']} is empty"
+        numbers = []
+        for ch in part["chapters"]:
+            m = re.match(r"chapters/(\d\d)_", ch["file"])
+            if PARTS[part["caption"]] is None:
+                assert ch["file"].startswith("appendix/"), ch["file"]
+                continue
+            assert m and int(m.group(1)) in PARTS[part["caption"]], (
+                f"{ch['file']} does not belong to part {part['caption']}")
+            numbers.append(int(m.group(1)))
+        assert numbers == sorted(numbers), f"chapters of {part['caption']} out of order"
+
+
+def test_config_has_the_sheet_macros_and_only_builds_toc_files():
+    cfg = booktools.config()
+    assert cfg["only_build_toc_files"] is True
+    assert cfg["execute"]["execute_notebooks"] == "off"
+    macros = cfg["sphinx"]["config"]["mathjax3_config"]["tex"]["macros"]
+    assert macros == booktools.sheet()["macros"]
+    assert {"sphinx_exercise", "sphinx_togglebutton"} <= set(cfg["sphinx"]["extra_extensions"])
+
+
+def test_project_sheet_copy_matches_the_shared_sheets():
+    shared = ROOT.parent / "shared" / "formula_sheets.yml"
+    if not shared.exists():
+        pytest.skip("no ../shared/formula_sheets.yml beside this checkout")
+    assert yaml.safe_load(shared.read_text(encoding="utf-8")) == booktools.sheet()
+
+
+def test_appendix_e_is_up_to_date():
+    out = make_formula_index.OUT
+    assert out.exists(), "run `make formulas`"
+    assert out.read_text(encoding="utf-8") == make_formula_index.render(), "run `make formulas`"
+
+
+def test_appendix_e_links_every_labelled_equation():
+    text = make_formula_index.OUT.read_text(encoding="utf-8")
+    for nb in NOTEBOOKS:
+        for label in LABEL_RE.findall("\n".join(
+                cell_text(c) for c in nbformat.read(nb, as_version=4).cells
+                if c.cell_type == "markdown")):
+            assert f"{{eq}}`{label}`" in text, f"Appendix E does not link {label}"
+
+
+def test_checker_finds_real_defects(tmp_path):
+    """The structural checker itself can fail: break chapter 6 in several ways."""
+    src = ROOT / "chapters" / "06_probability.ipynb"
+    nb = nbformat.read(src, as_version=4)
+    for c in nb.cells:
+        if c.cell_type == "code":
+            c.outputs, c.execution_count = [], None
+        elif "(eq-6-3)" in cell_text(c):
+            c.source = cell_text(c).replace("(eq-6-3)", "")
+    broken = tmp_path / "chapters" / "06_probability.ipynb"
+    broken.parent.mkdir()
+    nbformat.write(nb, broken)
+    orig_root = booktools.ROOT
+    booktools.ROOT = tmp_path
+    try:
+        (tmp_path / "_config.yml").write_text((ROOT / "_config.yml").read_text())
+        problems = notebook_problems(broken)
+    finally:
+        booktools.ROOT = orig_root
+    text = "\n".join(problems)
+    for expected in ("never executed", "no stored outputs", "no figure", "eq-6-3",
+                     "no executed code cell"):
+        assert expected in text, f"checker missed: {expected}\n{text}"
+
+
+def test_shared_audit_agrees():
+    audit = ROOT.parent / "shared" / "tools" / "audit_book.py"
+    if not audit.exists():
+        pytest.skip("the reference audit ../shared/tools/audit_book.py is not beside this checkout")
+    res = subprocess.run([sys.executable, str(audit), "--json"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    report = json.loads(res.stdout)
+    ours = {p.relative_to(ROOT).as_posix(): notebook_problems(p) for p in NOTEBOOKS}
+    for row in report["rows"]:
+        if row["notebook"] in ours:
+            assert bool(row["problems"]) == bool(ours[row["notebook"]]), (
+                f"{row['notebook']}: audit says {row['problems']}, "
+                f"tests/test_book.py says {ours[row['notebook']]}")
+        else:
+            assert "not in _toc.yml" in row["problems"]
