@@ -42,7 +42,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests scripts chapters appendix
 
 unit: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -p no:cacheprovider tests
 
 nbval: warm
 	$(PY) -m pytest -q -p no:cacheprovider --nbval --nbval-current-env \
