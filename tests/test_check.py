@@ -19,12 +19,12 @@ from mlbook.check import (
 
 
 def test_check_close_passes_and_prints_one_line(capsys):
-    err = check_close("a vs b", torch.tensor([1.0, 2.0]), np.array([1.0, 2.0 + 3e-12]), atol=1e-9)
+    res = check_close("a vs b", torch.tensor([1.0, 2.0]), np.array([1.0, 2.0 + 3e-12]), atol=1e-9)
     out = capsys.readouterr().out
     assert out.count("\n") == 1
     assert out.startswith("check a vs b: max abs error < 1e-11 (atol 1e-09)")
     assert out.rstrip().endswith("ok")
-    assert err == pytest.approx(3e-12, rel=1e-3)
+    assert res is None  # a cell that ends in a check shows only the printed line
 
 
 def test_check_close_fails_with_the_numbers():
@@ -86,8 +86,7 @@ def test_check_true_and_interval(capsys):
 def test_check_mc_mean_accepts_unbiased_and_rejects_biased():
     rng = np.random.default_rng(0)
     x = rng.normal(1.0, 1.0, size=10_000)
-    se = check_mc_mean("mean", x, 1.0)
-    assert se == pytest.approx(0.01, rel=0.05)
+    check_mc_mean("mean", x, 1.0, z=4.0)
     with pytest.raises(CheckFailed, match="standard errors"):
         check_mc_mean("biased", x + 0.1, 1.0)
     with pytest.raises(ValueError, match="at least 2"):

@@ -4,10 +4,11 @@
 - :mod:`mlbook.viz`          the book's plotting style and shared figure helpers
 - :mod:`mlbook.notebook`     notebook setup (seeds, style) and showing package source
 - :mod:`mlbook.probability`  probability rules, estimators and sampling (chapter 6)
+- :mod:`mlbook.information`  entropy, cross-entropy, KL, mutual information, perplexity (chapter 7)
 - :mod:`mlbook.hypothesis`   proportions, intervals, p-values, McNemar, sample sizes (chapter 8)
 """
 
-from . import check, hypothesis, notebook, probability, viz
+from . import check, hypothesis, information, notebook, probability, viz
 from .check import CheckFailed, check_close, check_interval, check_mc_mean, check_true
 from .notebook import setup, show_source
 
@@ -16,6 +17,7 @@ __version__ = "0.1.0"
 __all__ = [
     "check",
     "hypothesis",
+    "information",
     "notebook",
     "probability",
     "viz",

@@ -5,6 +5,7 @@ Every check in the book prints exactly one deterministic line,
     check <what>: <error measure> <= <bound> (tol <tolerance>) ok
 
 and raises :class:`CheckFailed` (an ``AssertionError``) with the offending numbers when it fails.
+The checks return ``None``, so that a cell ending in a check shows only its printed line.
 Errors are printed as an order of magnitude ("< 1e-15"), never as raw floats: the last bits of a
 float64 result change with the CPU and the thread count, and the stored outputs of the notebooks
 must reproduce on a reader's machine. A check whose error is far below its tolerance prints the
@@ -40,9 +41,7 @@ def as_numpy(x) -> np.ndarray:
     """Convert a number, sequence, NumPy array or torch tensor to a float64/complex NumPy array."""
     if hasattr(x, "detach"):  # torch.Tensor without importing torch here
         x = x.detach().cpu()
-        if x.is_complex():
-            return x.to(dtype=x.dtype).numpy().astype(np.complex128)
-        return x.double().numpy()
+        return x.numpy().astype(np.complex128) if x.is_complex() else x.double().numpy()
     arr = np.asarray(x)
     if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
         raise TypeError(f"cannot compare non-numeric values (dtype {arr.dtype})")
@@ -82,7 +81,7 @@ def check_close(
     atol: float = 1e-10,
     rtol: float = 0.0,
     quiet: bool = False,
-) -> float:
+) -> None:
     """Assert ``|actual - expected| <= atol + rtol * |expected|`` elementwise; print one line.
 
     Args:
@@ -91,9 +90,6 @@ def check_close(
         expected: the independent reference, broadcastable to ``actual``.
         atol, rtol: the tolerance (choose them per dtype and say why in the text).
         quiet: compute and raise, but do not print (for loops of many checks).
-
-    Returns:
-        The maximum absolute error, as a Python float.
     """
     if atol < 0 or rtol < 0:
         raise ValueError(f"tolerances must be non-negative, got atol={atol}, rtol={rtol}")
@@ -131,7 +127,6 @@ def check_close(
     if not quiet:
         tol_text = f"atol {atol:.0e}" + (f", rtol {rtol:.0e}" if rtol else "")
         print(f"check {what}: max abs error {magnitude(err, tol)} ({tol_text}) ok")
-    return err
 
 
 def check_true(what: str, condition: bool, detail: str = "") -> None:
@@ -158,7 +153,7 @@ def check_mc_mean(
     *,
     z: float = 4.0,
     digits: int = 4,
-) -> float:
+) -> None:
     """Monte Carlo check: the sample mean lies within ``z`` standard errors of ``expected``.
 
     With a fixed seed the check is deterministic; ``z = 4`` means a correct estimator fails for
@@ -168,9 +163,6 @@ def check_mc_mean(
     Args:
         samples: (N,) independent draws of the estimator.
         expected: the exact value it should average to.
-
-    Returns:
-        The standard error of the mean.
     """
     x = as_numpy(samples).reshape(-1)
     if x.size < 2:
@@ -189,4 +181,3 @@ def check_mc_mean(
         f"check {what}: MC mean {fmt(mean, digits)} vs exact {fmt(expected, digits)},"
         f" |diff| <= {z:g} SE (SE {fmt(se, 2)}, N={x.size}) ok"
     )
-    return se
