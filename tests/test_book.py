@@ -270,6 +270,6 @@ def test_shared_audit_agrees():
         if row["notebook"] in ours:
             # Ours is at least as strict: whatever the audit finds, this file finds too.
             assert not row["problems"] or ours[row["notebook"]], (
-                f"{row['notebook']}: audit says {row['problems']}, tests/test_book.py finds nothing")
+                f"{row['notebook']}: audit says {row['problems']}, this file finds nothing")
         else:
             assert "not in _toc.yml" in row["problems"]
