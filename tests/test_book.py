@@ -22,7 +22,7 @@ import booktools  # noqa: E402
 import make_formula_index  # noqa: E402
 import sync_colab  # noqa: E402
 
-IGNORE_RE = re.compile(r"#\s*NBVAL_IGNORE_OUTPUT")
+IGNORE_RE = re.compile(r"^\s*#+\s*NBVAL_IGNORE_OUTPUT\s*$", re.M)  # exactly as nbval reads it
 IMPORT_RE = re.compile(r"^\s*(from\s+mlbook[\s.]|import\s+mlbook\b)", re.M)
 CHECK_RE = re.compile(r"\bcheck_\w+\s*\(|\bassert\b|gradcheck\s*\(")
 EXERCISE_RE = re.compile(r":::\s*\{exercise\}\s*\n:label:\s*(\S+)")

@@ -6,15 +6,17 @@
 - :mod:`mlbook.probability`  probability rules, estimators and sampling (chapter 6)
 - :mod:`mlbook.information`  entropy, cross-entropy, KL, mutual information, perplexity (chapter 7)
 - :mod:`mlbook.hypothesis`   proportions, intervals, p-values, McNemar, sample sizes (chapter 8)
+- :mod:`mlbook.autodiff`     forward- and reverse-mode autodiff from scratch (chapter 10)
 """
 
-from . import check, hypothesis, information, notebook, probability, viz
+from . import autodiff, check, hypothesis, information, notebook, probability, viz
 from .check import CheckFailed, check_close, check_interval, check_mc_mean, check_true
 from .notebook import setup, show_source
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "autodiff",
     "check",
     "hypothesis",
     "information",
