@@ -6,10 +6,11 @@
 - :mod:`mlbook.probability`  probability rules, estimators and sampling (chapter 6)
 - :mod:`mlbook.information`  entropy, cross-entropy, KL, mutual information, perplexity (chapter 7)
 - :mod:`mlbook.hypothesis`   proportions, intervals, p-values, McNemar, sample sizes (chapter 8)
+- :mod:`mlbook.losses`       regression, robust, classification and distillation losses (ch. 13)
 - :mod:`mlbook.autodiff`     forward- and reverse-mode autodiff from scratch (chapter 10)
 """
 
-from . import autodiff, check, hypothesis, information, notebook, probability, viz
+from . import autodiff, check, hypothesis, information, losses, notebook, probability, viz
 from .check import CheckFailed, check_close, check_interval, check_mc_mean, check_true
 from .notebook import setup, show_source
 
@@ -20,6 +21,7 @@ __all__ = [
     "check",
     "hypothesis",
     "information",
+    "losses",
     "notebook",
     "probability",
     "viz",
