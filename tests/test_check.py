@@ -64,6 +64,7 @@ def test_magnitude_is_stable_below_the_floor():
     assert magnitude(0.0, 1e-10) == magnitude(3e-17, 1e-10) == "< 1e-13"
     assert magnitude(2.5e-6, 1e-3) == "< 1e-5"
     assert magnitude(math.inf, 1.0) == "= inf"
+    assert magnitude(0.0, 0.0) == "= 0"  # atol=0: an exact match
 
 
 def test_fmt_and_as_numpy():

@@ -1,29 +1,50 @@
-"""mlbook: the executable ML refresher's package. One module per concept:
+"""mlbook: the executable ML refresher's package. One module per concept, in reading order:
 
-- :mod:`mlbook.check`        numerical checks that print one line and raise on failure
-- :mod:`mlbook.viz`          the book's plotting style and shared figure helpers
-- :mod:`mlbook.notebook`     notebook setup (seeds, style) and showing package source
-- :mod:`mlbook.probability`  probability rules, estimators and sampling (chapter 6)
-- :mod:`mlbook.information`  entropy, cross-entropy, KL, mutual information, perplexity (chapter 7)
-- :mod:`mlbook.hypothesis`   proportions, intervals, p-values, McNemar, sample sizes (chapter 8)
-- :mod:`mlbook.losses`       regression, robust, classification and distillation losses (ch. 13)
-- :mod:`mlbook.autodiff`     forward- and reverse-mode autodiff from scratch (chapter 10)
+Tools of the book
+    :mod:`mlbook.check`         numerical checks that print one line and raise on failure
+    :mod:`mlbook.viz`           the book's plotting style and shared figure helpers
+    :mod:`mlbook.notebook`      notebook setup (seeds, style) and showing package source
+
+Concepts (the chapter that derives them)
+    :mod:`mlbook.probability`   probability rules, gradient estimators, Gumbel-max (6)
+    :mod:`mlbook.information`   entropy, cross-entropy, KL, mutual information, perplexity (7)
+    :mod:`mlbook.hypothesis`    proportions, intervals, p-values, McNemar, sample sizes (8)
+    :mod:`mlbook.linear_models` empirical risk, least squares, logistic regression (9)
+    :mod:`mlbook.autodiff`      forward- and reverse-mode automatic differentiation (10)
+    :mod:`mlbook.activations`   activations, their derivatives, SwiGLU and GELU FFNs (11)
+    :mod:`mlbook.softmax`       stable softmax, log-softmax, Jacobian, cross-entropy, z-loss (12)
+    :mod:`mlbook.losses`        regression, robust, classification and distillation losses (13)
 """
 
-from . import autodiff, check, hypothesis, information, losses, notebook, probability, viz
+from . import (
+    activations,
+    autodiff,
+    check,
+    hypothesis,
+    information,
+    linear_models,
+    losses,
+    notebook,
+    probability,
+    softmax,
+    viz,
+)
 from .check import CheckFailed, check_close, check_interval, check_mc_mean, check_true
 from .notebook import setup, show_source
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "activations",
     "autodiff",
     "check",
     "hypothesis",
     "information",
+    "linear_models",
     "losses",
     "notebook",
     "probability",
+    "softmax",
     "viz",
     "CheckFailed",
     "check_close",

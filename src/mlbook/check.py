@@ -64,6 +64,8 @@ def magnitude(err: float, tol: float) -> str:
     if not math.isfinite(err):
         return f"= {err}"
     floor = tol * 1e-3
+    if err == 0 and floor == 0:
+        return "= 0"
     if err < floor:
         return f"< {floor:.0e}"
     return f"< 1e{math.floor(math.log10(err)) + 1:d}"
