@@ -39,8 +39,11 @@ def test_setup_seeds_everything():
     a = mlbook.setup(seed=3).random(), torch.rand(1).item()
     b = mlbook.setup(seed=3).random(), torch.rand(1).item()
     assert a == b
+    assert torch.get_num_threads() == 1
     with pytest.raises(ValueError, match="seed"):
         mlbook.setup(seed=-1)
+    with pytest.raises(ValueError, match="threads"):
+        mlbook.setup(threads=0)
 
 
 def test_show_source_rejects_non_functions():

@@ -14,6 +14,7 @@ Concepts (the chapter that derives them)
     :mod:`mlbook.activations`   activations, their derivatives, SwiGLU and GELU FFNs (11)
     :mod:`mlbook.softmax`       stable softmax, log-softmax, Jacobian, cross-entropy, z-loss (12)
     :mod:`mlbook.losses`        regression, robust, classification and distillation losses (13)
+    :mod:`mlbook.mlp`           a two-layer network by hand: forward, backward, init, depth (14)
 """
 
 from . import (
@@ -24,6 +25,7 @@ from . import (
     information,
     linear_models,
     losses,
+    mlp,
     notebook,
     probability,
     softmax,
@@ -42,6 +44,7 @@ __all__ = [
     "information",
     "linear_models",
     "losses",
+    "mlp",
     "notebook",
     "probability",
     "softmax",
