@@ -15,6 +15,8 @@ Concepts (the chapter that derives them)
     :mod:`mlbook.softmax`       stable softmax, log-softmax, Jacobian, cross-entropy, z-loss (12)
     :mod:`mlbook.losses`        regression, robust, classification and distillation losses (13)
     :mod:`mlbook.mlp`           a two-layer network by hand: forward, backward, init, depth (14)
+    :mod:`mlbook.optim`         SGD, momentum, Adam, AdamW, gradient clipping (15)
+    :mod:`mlbook.schedules`     warmup, cosine and warmup-stable-decay learning-rate schedules (15)
 """
 
 from . import (
@@ -27,7 +29,9 @@ from . import (
     losses,
     mlp,
     notebook,
+    optim,
     probability,
+    schedules,
     softmax,
     viz,
 )
@@ -46,7 +50,9 @@ __all__ = [
     "losses",
     "mlp",
     "notebook",
+    "optim",
     "probability",
+    "schedules",
     "softmax",
     "viz",
     "CheckFailed",
