@@ -4,6 +4,7 @@ Tools of the book
     :mod:`mlbook.check`         numerical checks that print one line and raise on failure
     :mod:`mlbook.viz`           the book's plotting style and shared figure helpers
     :mod:`mlbook.notebook`      notebook setup (seeds, style) and showing package source
+    :mod:`mlbook.datasets`      small text corpora that ship inside the package
 
 Concepts (the chapter that derives them)
     :mod:`mlbook.probability`   probability rules, gradient estimators, Gumbel-max (6)
@@ -17,12 +18,16 @@ Concepts (the chapter that derives them)
     :mod:`mlbook.mlp`           a two-layer network by hand: forward, backward, init, depth (14)
     :mod:`mlbook.optim`         SGD, momentum, Adam, AdamW, gradient clipping (15)
     :mod:`mlbook.schedules`     warmup, cosine and warmup-stable-decay learning-rate schedules (15)
+    :mod:`mlbook.tokenizer`     UTF-8 and byte-level BPE: train, encode, decode (17)
+    :mod:`mlbook.embedding`     embedding lookup, its scatter-add gradient, tied output weights (17)
 """
 
 from . import (
     activations,
     autodiff,
     check,
+    datasets,
+    embedding,
     hypothesis,
     information,
     linear_models,
@@ -33,6 +38,7 @@ from . import (
     probability,
     schedules,
     softmax,
+    tokenizer,
     viz,
 )
 from .check import CheckFailed, check_close, check_interval, check_mc_mean, check_true
@@ -44,6 +50,8 @@ __all__ = [
     "activations",
     "autodiff",
     "check",
+    "datasets",
+    "embedding",
     "hypothesis",
     "information",
     "linear_models",
@@ -54,6 +62,7 @@ __all__ = [
     "probability",
     "schedules",
     "softmax",
+    "tokenizer",
     "viz",
     "CheckFailed",
     "check_close",
