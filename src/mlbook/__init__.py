@@ -18,6 +18,9 @@ Concepts (the chapter that derives them)
     :mod:`mlbook.mlp`           a two-layer network by hand: forward, backward, init, depth (14)
     :mod:`mlbook.optim`         SGD, momentum, Adam, AdamW, gradient clipping (15)
     :mod:`mlbook.schedules`     warmup, cosine and warmup-stable-decay learning-rate schedules (15)
+    :mod:`mlbook.normalization` LayerNorm, RMSNorm, BatchNorm by hand; residual stacks (16)
+    :mod:`mlbook.dropout`       inverted dropout and its exact moments (16)
+    :mod:`mlbook.precision`     float formats, rounding, loss scaling, gradient accumulation (16)
     :mod:`mlbook.tokenizer`     UTF-8 and byte-level BPE: train, encode, decode (17)
     :mod:`mlbook.embedding`     embedding lookup, its scatter-add gradient, tied output weights (17)
 """
@@ -27,14 +30,17 @@ from . import (
     autodiff,
     check,
     datasets,
+    dropout,
     embedding,
     hypothesis,
     information,
     linear_models,
     losses,
     mlp,
+    normalization,
     notebook,
     optim,
+    precision,
     probability,
     schedules,
     softmax,
@@ -51,14 +57,17 @@ __all__ = [
     "autodiff",
     "check",
     "datasets",
+    "dropout",
     "embedding",
     "hypothesis",
     "information",
     "linear_models",
     "losses",
     "mlp",
+    "normalization",
     "notebook",
     "optim",
+    "precision",
     "probability",
     "schedules",
     "softmax",
