@@ -23,6 +23,7 @@ Concepts (the chapter that derives them)
     :mod:`mlbook.precision`     float formats, rounding, loss scaling, gradient accumulation (16)
     :mod:`mlbook.tokenizer`     UTF-8 and byte-level BPE: train, encode, decode (17)
     :mod:`mlbook.embedding`     embedding lookup, its scatter-add gradient, tied output weights (17)
+    :mod:`mlbook.language_model` n-gram and neural (MLP) language models, masked-LM objective (18)
 """
 
 from . import (
@@ -34,6 +35,7 @@ from . import (
     embedding,
     hypothesis,
     information,
+    language_model,
     linear_models,
     losses,
     mlp,
@@ -61,6 +63,7 @@ __all__ = [
     "embedding",
     "hypothesis",
     "information",
+    "language_model",
     "linear_models",
     "losses",
     "mlp",
