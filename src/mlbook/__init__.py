@@ -24,6 +24,8 @@ Concepts (the chapter that derives them)
     :mod:`mlbook.tokenizer`     UTF-8 and byte-level BPE: train, encode, decode (17)
     :mod:`mlbook.embedding`     embedding lookup, its scatter-add gradient, tied output weights (17)
     :mod:`mlbook.language_model` n-gram and neural (MLP) language models, masked-LM objective (18)
+    :mod:`mlbook.positional`    sinusoidal and learned positions, ALiBi (21)
+    :mod:`mlbook.rope`          rotary position embeddings and context-extension scalings (21)
 """
 
 from . import (
@@ -42,8 +44,10 @@ from . import (
     normalization,
     notebook,
     optim,
+    positional,
     precision,
     probability,
+    rope,
     schedules,
     softmax,
     tokenizer,
@@ -70,8 +74,10 @@ __all__ = [
     "normalization",
     "notebook",
     "optim",
+    "positional",
     "precision",
     "probability",
+    "rope",
     "schedules",
     "softmax",
     "tokenizer",
