@@ -26,6 +26,8 @@ Concepts (the chapter that derives them)
     :mod:`mlbook.language_model` n-gram and neural (MLP) language models, masked-LM objective (18)
     :mod:`mlbook.positional`    sinusoidal and learned positions, ALiBi (21)
     :mod:`mlbook.rope`          rotary position embeddings and context-extension scalings (21)
+    :mod:`mlbook.moe`           routers, top-k gating, routed vs dense experts, balancing (27)
+    :mod:`mlbook.mixture_of_depths` top-k token routing per layer and the FLOPs it saves (27)
 """
 
 from . import (
@@ -40,7 +42,9 @@ from . import (
     language_model,
     linear_models,
     losses,
+    mixture_of_depths,
     mlp,
+    moe,
     normalization,
     notebook,
     optim,
@@ -70,7 +74,9 @@ __all__ = [
     "language_model",
     "linear_models",
     "losses",
+    "mixture_of_depths",
     "mlp",
+    "moe",
     "normalization",
     "notebook",
     "optim",
