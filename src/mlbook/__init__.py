@@ -28,6 +28,8 @@ Concepts (the chapter that derives them)
     :mod:`mlbook.rope`          rotary position embeddings and context-extension scalings (21)
     :mod:`mlbook.moe`           routers, top-k gating, routed vs dense experts, balancing (27)
     :mod:`mlbook.mixture_of_depths` top-k token routing per layer and the FLOPs it saves (27)
+    :mod:`mlbook.linear_attention` kernelised attention, running state, delta rule (28)
+    :mod:`mlbook.ssm`           discretisation, FFT convolution, scans, selective scan, SSD (28)
 """
 
 from . import (
@@ -40,6 +42,7 @@ from . import (
     hypothesis,
     information,
     language_model,
+    linear_attention,
     linear_models,
     losses,
     mixture_of_depths,
@@ -54,6 +57,7 @@ from . import (
     rope,
     schedules,
     softmax,
+    ssm,
     tokenizer,
     viz,
 )
@@ -72,6 +76,7 @@ __all__ = [
     "hypothesis",
     "information",
     "language_model",
+    "linear_attention",
     "linear_models",
     "losses",
     "mixture_of_depths",
@@ -86,6 +91,7 @@ __all__ = [
     "rope",
     "schedules",
     "softmax",
+    "ssm",
     "tokenizer",
     "viz",
     "CheckFailed",
