@@ -26,6 +26,7 @@ Concepts (the chapter that derives them)
     :mod:`mlbook.language_model` n-gram and neural (MLP) language models, masked-LM objective (18)
     :mod:`mlbook.positional`    sinusoidal and learned positions, ALiBi (21)
     :mod:`mlbook.rope`          rotary position embeddings and context-extension scalings (21)
+    :mod:`mlbook.transformer`   pre-norm decoder block, a small LM, parameter and FLOP counts (22)
     :mod:`mlbook.moe`           routers, top-k gating, routed vs dense experts, balancing (27)
     :mod:`mlbook.mixture_of_depths` top-k token routing per layer and the FLOPs it saves (27)
     :mod:`mlbook.linear_attention` kernelised attention, running state, delta rule (28)
@@ -59,6 +60,7 @@ from . import (
     softmax,
     ssm,
     tokenizer,
+    transformer,
     viz,
 )
 from .check import CheckFailed, check_close, check_interval, check_mc_mean, check_true
@@ -93,6 +95,7 @@ __all__ = [
     "softmax",
     "ssm",
     "tokenizer",
+    "transformer",
     "viz",
     "CheckFailed",
     "check_close",
