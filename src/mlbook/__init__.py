@@ -24,6 +24,8 @@ Concepts (the chapter that derives them)
     :mod:`mlbook.tokenizer`     UTF-8 and byte-level BPE: train, encode, decode (17)
     :mod:`mlbook.embedding`     embedding lookup, its scatter-add gradient, tied output weights (17)
     :mod:`mlbook.language_model` n-gram and neural (MLP) language models, masked-LM objective (18)
+    :mod:`mlbook.attention`     scaled dot-product attention, masks, its hand-written backward (19)
+    :mod:`mlbook.pretrained`    a pretrained encoder (hub or offline package) and its attention maps
     :mod:`mlbook.positional`    sinusoidal and learned positions, ALiBi (21)
     :mod:`mlbook.rope`          rotary position embeddings and context-extension scalings (21)
     :mod:`mlbook.transformer`   pre-norm decoder block, a small LM, parameter and FLOP counts (22)
@@ -35,6 +37,7 @@ Concepts (the chapter that derives them)
 
 from . import (
     activations,
+    attention,
     autodiff,
     check,
     datasets,
@@ -54,6 +57,7 @@ from . import (
     optim,
     positional,
     precision,
+    pretrained,
     probability,
     rope,
     schedules,
@@ -70,6 +74,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "activations",
+    "attention",
     "autodiff",
     "check",
     "datasets",
@@ -89,6 +94,7 @@ __all__ = [
     "optim",
     "positional",
     "precision",
+    "pretrained",
     "probability",
     "rope",
     "schedules",

@@ -5,6 +5,7 @@ width, a colour-blind-safe palette (Okabe-Ito), axes always labelled and titled.
 
 Shape legend
     M      (R, C) a matrix drawn as a heat map (attention weights, joint tables)
+    Ms     (N, R, C) N matrices drawn as small multiples on one colour scale (attention heads)
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
 
-__all__ = ["PALETTE", "use_book_style", "subplots", "heatmap", "finish"]
+__all__ = ["PALETTE", "use_book_style", "subplots", "heatmap", "attention_grid", "finish"]
 
 #: Okabe-Ito colours: distinguishable with every common colour-vision deficiency.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
@@ -105,6 +106,78 @@ def heatmap(ax, matrix, *, xlabels: Sequence[str] | None = None,
     if colorbar:
         ax.figure.colorbar(im, ax=ax, shrink=0.85)
     return im
+
+
+def attention_grid(maps, *, labels: Sequence[str] | None = None,
+                   titles: Sequence[str] | None = None, ncols: int = 4,
+                   highlight: int | None = None, highlight_row: int | None = None,
+                   vmin: float = 0.0, vmax: float | None = None, cmap: str = "viridis",
+                   title: str = "", panel_height: float = 1.9,
+                   colorbar_label: str = "attention weight"):
+    """Draw N square matrices (e.g. the heads of one layer) as small multiples on one scale.
+
+    Args:
+        maps: (N, T, T) values, e.g. ``attn[layer]`` of shape (H, T, T).
+        labels: T tick labels (tokens) for both axes; drawn on the left column and bottom row.
+        titles: N panel titles (default "0", "1", ...).
+        ncols: panels per row.
+        highlight: index of a panel to frame (e.g. the head the text discusses).
+        highlight_row: index of a row to outline in every panel (e.g. the query token).
+        vmin, vmax: the shared colour scale (default: 0 to the largest value).
+        panel_height: inches per row of panels.
+
+    Returns:
+        (fig, axes) with axes of shape (ceil(N / ncols), ncols); unused panels are hidden.
+    """
+    m = np.asarray(maps, dtype=float)
+    if m.ndim != 3 or m.shape[0] == 0:
+        raise ValueError(f"attention_grid needs (N, T, T) maps with N >= 1, got shape {m.shape}")
+    n, r, c = m.shape
+    if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
+        raise ValueError(f"ncols must be a positive int, got {ncols!r}")
+    if labels is not None and not len(labels) == r == c:
+        raise ValueError(f"{len(labels)} labels for maps of shape {(r, c)} (need square maps)")
+    if titles is not None and len(titles) != n:
+        raise ValueError(f"{len(titles)} titles for {n} maps")
+    if highlight is not None and not 0 <= highlight < n:
+        raise ValueError(f"highlight={highlight} outside [0, {n})")
+    if highlight_row is not None and not 0 <= highlight_row < r:
+        raise ValueError(f"highlight_row={highlight_row} outside [0, {r})")
+    ncols = min(ncols, n)
+    nrows = -(-n // ncols)
+    fig, axes = subplots(nrows, ncols, height=panel_height * nrows + 0.7)
+    vmax = float(np.nanmax(m)) if vmax is None else vmax
+    im = None
+    for idx, ax in enumerate(axes.flat):
+        if idx >= n:
+            ax.set_visible(False)
+            continue
+        im = ax.imshow(m[idx], cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto",
+                       interpolation="nearest")
+        ax.grid(False)
+        ax.set_title(titles[idx] if titles is not None else str(idx), fontsize=9)
+        left, bottom = idx % ncols == 0, idx + ncols >= n
+        if labels is not None and left:
+            ax.set_yticks(range(r), labels, fontsize=7)
+        else:
+            ax.set_yticks([])
+        if labels is not None and bottom:
+            ax.set_xticks(range(c), labels, fontsize=7, rotation=90)
+        else:
+            ax.set_xticks([])
+        if highlight_row is not None:
+            ax.add_patch(mpl.patches.Rectangle((-0.5, highlight_row - 0.5), c, 1, fill=False,
+                                               edgecolor=PALETTE[3], linewidth=1.5))
+        if idx == highlight:
+            for spine in ax.spines.values():
+                spine.set_visible(True)
+                spine.set_edgecolor(PALETTE[3])
+                spine.set_linewidth(3)
+            ax.set_title(ax.get_title(), fontsize=9, color=PALETTE[3], fontweight="bold")
+    fig.colorbar(im, ax=axes, shrink=0.8, label=colorbar_label)
+    if title:
+        fig.suptitle(title)
+    return fig, axes
 
 
 def finish(fig, title: str | None = None) -> None:
