@@ -39,13 +39,13 @@ book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests scripts chapters appendix
+	$(VENV)/bin/ruff check src tests scripts benchmarks chapters appendix
 
 unit: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 nbval: warm
-	$(PY) -m pytest -q -p no:cacheprovider --nbval --nbval-current-env \
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --nbval --nbval-current-env \
 		--nbval-sanitize-with nbval_sanitize.cfg -o testpaths= $(NOTEBOOKS)
 
 site-check: $(STAMP)

@@ -29,6 +29,10 @@ Concepts (the chapter that derives them)
     :mod:`mlbook.positional`    sinusoidal and learned positions, ALiBi (21)
     :mod:`mlbook.rope`          rotary position embeddings and context-extension scalings (21)
     :mod:`mlbook.transformer`   pre-norm decoder block, a small LM, parameter and FLOP counts (22)
+    :mod:`mlbook.mla`           multi-head latent attention, absorbed weights, latent cache (25)
+    :mod:`mlbook.online_softmax` streaming max/sum statistics and their merge (26)
+    :mod:`mlbook.tiled_attention` tiled attention in plain torch and its memory accounting (26)
+    :mod:`mlbook.flash_triton`  Triton FlashAttention forward (26; import it explicitly)
     :mod:`mlbook.moe`           routers, top-k gating, routed vs dense experts, balancing (27)
     :mod:`mlbook.mixture_of_depths` top-k token routing per layer and the FLOPs it saves (27)
     :mod:`mlbook.linear_attention` kernelised attention, running state, delta rule (28)
@@ -50,10 +54,12 @@ from . import (
     linear_models,
     losses,
     mixture_of_depths,
+    mla,
     mlp,
     moe,
     normalization,
     notebook,
+    online_softmax,
     optim,
     positional,
     precision,
@@ -63,6 +69,7 @@ from . import (
     schedules,
     softmax,
     ssm,
+    tiled_attention,
     tokenizer,
     transformer,
     viz,
@@ -87,10 +94,12 @@ __all__ = [
     "linear_models",
     "losses",
     "mixture_of_depths",
+    "mla",
     "mlp",
     "moe",
     "normalization",
     "notebook",
+    "online_softmax",
     "optim",
     "positional",
     "precision",
@@ -100,6 +109,7 @@ __all__ = [
     "schedules",
     "softmax",
     "ssm",
+    "tiled_attention",
     "tokenizer",
     "transformer",
     "viz",
