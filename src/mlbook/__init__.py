@@ -26,6 +26,8 @@ Concepts (the chapter that derives them)
     :mod:`mlbook.language_model` n-gram and neural (MLP) language models, masked-LM objective (18)
     :mod:`mlbook.attention`     scaled dot-product attention, masks, its hand-written backward (19)
     :mod:`mlbook.pretrained`    a pretrained encoder (hub or offline package) and its attention maps
+    :mod:`mlbook.multihead`     split/merge heads, multi-head and cross-attention, costs (20)
+    :mod:`mlbook.head_taxonomy` scores and classes of attention heads from their maps (20)
     :mod:`mlbook.positional`    sinusoidal and learned positions, ALiBi (21)
     :mod:`mlbook.rope`          rotary position embeddings and context-extension scalings (21)
     :mod:`mlbook.transformer`   pre-norm decoder block, a small LM, parameter and FLOP counts (22)
@@ -47,6 +49,7 @@ from . import (
     datasets,
     dropout,
     embedding,
+    head_taxonomy,
     hypothesis,
     information,
     language_model,
@@ -57,6 +60,7 @@ from . import (
     mla,
     mlp,
     moe,
+    multihead,
     normalization,
     notebook,
     online_softmax,
@@ -87,6 +91,7 @@ __all__ = [
     "datasets",
     "dropout",
     "embedding",
+    "head_taxonomy",
     "hypothesis",
     "information",
     "language_model",
@@ -97,6 +102,7 @@ __all__ = [
     "mla",
     "mlp",
     "moe",
+    "multihead",
     "normalization",
     "notebook",
     "online_softmax",
