@@ -31,6 +31,7 @@ Concepts (the chapter that derives them)
     :mod:`mlbook.positional`    sinusoidal and learned positions, ALiBi (21)
     :mod:`mlbook.rope`          rotary position embeddings and context-extension scalings (21)
     :mod:`mlbook.transformer`   pre-norm decoder block, a small LM, parameter and FLOP counts (22)
+    :mod:`mlbook.kv_cache`      KV caches for MHA, MQA, GQA; sliding windows with sinks (24)
     :mod:`mlbook.mla`           multi-head latent attention, absorbed weights, latent cache (25)
     :mod:`mlbook.online_softmax` streaming max/sum statistics and their merge (26)
     :mod:`mlbook.tiled_attention` tiled attention in plain torch and its memory accounting (26)
@@ -52,6 +53,7 @@ from . import (
     head_taxonomy,
     hypothesis,
     information,
+    kv_cache,
     language_model,
     linear_attention,
     linear_models,
@@ -94,6 +96,7 @@ __all__ = [
     "head_taxonomy",
     "hypothesis",
     "information",
+    "kv_cache",
     "language_model",
     "linear_attention",
     "linear_models",
