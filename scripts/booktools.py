@@ -76,7 +76,7 @@ def sheet() -> dict:
 
 def sheet_key(nb: Path) -> str | None:
     """'6' for chapters/06_x.ipynb, 'A' for appendix/a_x.ipynb, None otherwise."""
-    rel = nb.relative_to(ROOT).with_suffix("").as_posix()
+    rel = nb.resolve().relative_to(ROOT).with_suffix("").as_posix()
     m = NOTEBOOK_RE.match(rel)
     if not m:
         return None

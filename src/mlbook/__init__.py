@@ -31,6 +31,7 @@ Concepts (the chapter that derives them)
     :mod:`mlbook.positional`    sinusoidal and learned positions, ALiBi (21)
     :mod:`mlbook.rope`          rotary position embeddings and context-extension scalings (21)
     :mod:`mlbook.transformer`   pre-norm decoder block, a small LM, parameter and FLOP counts (22)
+    :mod:`mlbook.gpt`           a GPT-2-style LM, its training loop, temperature/top-k sampling (23)
     :mod:`mlbook.kv_cache`      KV caches for MHA, MQA, GQA; sliding windows with sinks (24)
     :mod:`mlbook.mla`           multi-head latent attention, absorbed weights, latent cache (25)
     :mod:`mlbook.online_softmax` streaming max/sum statistics and their merge (26)
@@ -50,6 +51,7 @@ from . import (
     datasets,
     dropout,
     embedding,
+    gpt,
     head_taxonomy,
     hypothesis,
     information,
@@ -93,6 +95,7 @@ __all__ = [
     "datasets",
     "dropout",
     "embedding",
+    "gpt",
     "head_taxonomy",
     "hypothesis",
     "information",
