@@ -21,7 +21,7 @@ PIP_RE = re.compile(r'^(\s*)%pip install --quiet ".*"$', re.M)
 
 
 def expected(nb_path) -> tuple[str, str]:
-    badge = colab_badge(nb_path.relative_to(booktools.ROOT).as_posix())
+    badge = colab_badge(nb_path.resolve().relative_to(booktools.ROOT).as_posix())
     return badge, f'%pip install --quiet "{pip_spec()}"'
 
 
