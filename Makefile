@@ -39,7 +39,7 @@ book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests scripts benchmarks chapters appendix
+	$(VENV)/bin/ruff check src tests scripts benchmarks chapters appendix instructors.ipynb
 
 unit: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests

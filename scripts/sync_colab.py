@@ -57,6 +57,8 @@ def main() -> int:
     check = "--check" in sys.argv
     bad = 0
     for nb_path in toc_notebooks():
+        if booktools.sheet_key(nb_path) is None:
+            continue  # a guide page (instructors.ipynb) has no Colab badge or install line
         for problem in sync(nb_path, write=not check):
             bad += 1
             print(f"{nb_path.relative_to(booktools.ROOT)}: {problem}")

@@ -40,7 +40,9 @@ PARTS = {
     "Inference, systems and agents (39–44)": range(39, 45),
     "Beyond the sheets (45+)": range(45, 100),
     "Appendices (A–C, E)": None,
+    "For instructors": None,
 }
+GUIDE_PAGES = {"instructors"}  # executed pages at the root that are not chapters (no sheet key)
 
 NOTEBOOKS = booktools.toc_notebooks()
 MARKDOWN_PAGES = {"appendix/e_formula_sheets", "appendix/references"}  # pages, not notebooks
@@ -67,6 +69,7 @@ def notebook_problems(path: Path) -> list[str]:
     nbformat.validate(nb)
     problems = []
     key = booktools.sheet_key(path)
+    chapter = key is not None  # a guide page (GUIDE_PAGES) skips the chapter-only rules
     cells = nb.cells
     code = [c for c in cells if c.cell_type == "code" and cell_text(c).strip()]
     md = "\n".join(cell_text(c) for c in cells if c.cell_type == "markdown")
@@ -74,7 +77,10 @@ def notebook_problems(path: Path) -> list[str]:
 
     # Header: "# NN · Title" (appendix: "# A · Title") in the first cell.
     head = key.zfill(2) if key and key.isdigit() else key
-    if not cells or not cell_text(cells[0]).startswith(f"# {head} · "):
+    if not chapter:
+        if not cells or not cell_text(cells[0]).startswith("# "):
+            problems.append("first cell must start with a '# Title' line")
+    elif not cells or not cell_text(cells[0]).startswith(f"# {head} · "):
         problems.append(f"first cell must start with '# {head} · Title'")
 
     # Outputs stored from one real top-to-bottom run.
@@ -112,6 +118,8 @@ def notebook_problems(path: Path) -> list[str]:
         problems.append("no figure")
     if not CHECK_RE.search(src):
         problems.append("no numerical check")
+    if not chapter:
+        return problems  # no Colab badge, sheet equations or exercises on a guide page
     if "google.colab" not in src:
         problems.append("no Colab setup cell")
     problems += sync_colab.sync(path, write=False)
@@ -175,7 +183,7 @@ def test_toc_lists_exactly_the_notebooks_that_exist():
                if p.suffix in (".ipynb", ".md")}
     assert on_disk <= set(entries), f"not in _toc.yml: {sorted(on_disk - set(entries))}"
     for e in entries[1:]:
-        assert booktools.NOTEBOOK_RE.match(e) or e in MARKDOWN_PAGES, (
+        assert booktools.NOTEBOOK_RE.match(e) or e in MARKDOWN_PAGES | GUIDE_PAGES, (
             f"{e}: chapters are chapters/NN_slug, appendices appendix/x_slug")
 
 
@@ -189,6 +197,9 @@ def test_toc_parts_mirror_the_sheets():
         numbers = []
         for ch in part["chapters"]:
             m = re.match(r"chapters/(\d\d)_", ch["file"])
+            if part["caption"] == "For instructors":
+                assert ch["file"] in GUIDE_PAGES, ch["file"]
+                continue
             if PARTS[part["caption"]] is None:
                 assert ch["file"].startswith("appendix/"), ch["file"]
                 continue
@@ -266,7 +277,8 @@ def test_shared_audit_agrees():
     res = subprocess.run([sys.executable, str(audit), "--json"], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     report = json.loads(res.stdout)
-    ours = {p.relative_to(ROOT).as_posix(): notebook_problems(p) for p in NOTEBOOKS}
+    ours = {p.relative_to(ROOT).as_posix(): notebook_problems(p) for p in NOTEBOOKS
+            if booktools.sheet_key(p) is not None}
     for row in report["rows"]:
         if row["notebook"] in ours:
             # Ours is at least as strict: whatever the audit finds, this file finds too.

@@ -2,6 +2,7 @@
 
 Tools of the book
     :mod:`mlbook.check`         numerical checks that print one line and raise on failure
+    :mod:`mlbook.curriculum`    chapter headers, the prerequisite graph, study plans (instructors)
     :mod:`mlbook.viz`           the book's plotting style and shared figure helpers
     :mod:`mlbook.notebook`      notebook setup (seeds, style) and showing package source
     :mod:`mlbook.datasets`      small text corpora that ship inside the package
@@ -48,6 +49,7 @@ from . import (
     attention,
     autodiff,
     check,
+    curriculum,
     datasets,
     dropout,
     embedding,
@@ -92,6 +94,7 @@ __all__ = [
     "attention",
     "autodiff",
     "check",
+    "curriculum",
     "datasets",
     "dropout",
     "embedding",
