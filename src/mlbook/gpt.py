@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ._validation import int_at_least_one as _positive_int
 from .activations import gelu_tanh
 from .attention import scaled_dot_product_attention
 from .normalization import layer_norm
@@ -70,12 +71,6 @@ __all__ = [
 ]
 
 
-def _positive_int(v, name: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    if v < 1:
-        raise ValueError(f"{name} must be >= 1, got {v}")
-    return v
 
 
 def _positive_float(v, name: str) -> float:

@@ -35,6 +35,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from ._validation import float_tensor as _float_tensor
+from ._validation import positive_int as _positive_int
 from .softmax import softmax
 
 __all__ = [
@@ -56,20 +58,6 @@ __all__ = [
 # --- validation ----------------------------------------------------------------------------------
 
 
-def _float_tensor(x, name: str, ndim: int | None = None) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    if ndim is not None and x.ndim != ndim:
-        raise ValueError(f"{name} must have {ndim} axes, got shape {tuple(x.shape)}")
-    return x
-
-
-def _positive_int(v, name: str) -> int:
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise ValueError(f"{name} must be a positive int, got {v!r}")
-    return v
 
 
 def _check_capacity(capacity, seq_len: int) -> int:

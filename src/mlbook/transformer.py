@@ -33,6 +33,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from ._validation import int_at_least_one as _positive_int
 from .activations import SwiGLUFFN, swiglu_hidden_dim
 from .attention import scaled_dot_product_attention
 from .normalization import rms_norm
@@ -54,12 +55,6 @@ __all__ = [
 ]
 
 
-def _positive_int(v, name: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    if v < 1:
-        raise ValueError(f"{name} must be >= 1, got {v}")
-    return v
 
 
 # --- configuration ---------------------------------------------------------------------------
