@@ -6,14 +6,16 @@ from __future__ import annotations
 import torch
 
 
-def float_tensor(x, name: str, ndim: int | None = None) -> torch.Tensor:
-    """``x`` must be a floating-point torch tensor, with ``ndim`` axes when given."""
+def float_tensor(x, name: str, ndim: int | None = None, min_ndim: int = 0) -> torch.Tensor:
+    """``x`` must be a floating-point torch tensor, with ``ndim`` (or >= ``min_ndim``) axes."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
     if ndim is not None and x.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} axes, got shape {tuple(x.shape)}")
+    if x.ndim < min_ndim:
+        raise ValueError(f"{name} must have at least {min_ndim} axes, got shape {tuple(x.shape)}")
     return x
 
 

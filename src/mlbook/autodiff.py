@@ -133,7 +133,24 @@ def _as_float_array(x, name: str) -> np.ndarray | float:
 # --- forward mode: dual numbers (eq. 10.1) -------------------------------------------------------
 
 
-class Dual:
+class _UnaryMethods:
+    """``x.tanh()``, ``x.exp()``, ``x.log()``, ``x.relu()`` for every node type; each node class
+    implements ``_unary(name)`` in its own mode (tangent, local derivative or VJP closure)."""
+
+    def tanh(self):
+        return self._unary("tanh")
+
+    def exp(self):
+        return self._unary("exp")
+
+    def log(self):
+        return self._unary("log")
+
+    def relu(self):
+        return self._unary("relu")
+
+
+class Dual(_UnaryMethods):
     """A value with a tangent, ``value + tangent * eps`` with ``eps**2 = 0`` (eq. 10.1).
 
     Every operation maps ``(x, x_dot)`` to ``(f(x), f'(x) x_dot)``, the chain rule applied to one
@@ -250,18 +267,6 @@ class Dual:
         _tick("primal")
         _tick("tangent")
         return Dual(y, _unary_derivative(name, x, y) * t)
-
-    def tanh(self):
-        return self._unary("tanh")
-
-    def exp(self):
-        return self._unary("exp")
-
-    def log(self):
-        return self._unary("log")
-
-    def relu(self):
-        return self._unary("relu")
 
     def sum(self):
         """Sum of all entries; the tangent is summed the same way (summation is linear)."""
@@ -443,7 +448,7 @@ def gradient(root, wrt: Sequence, grad=None) -> list:
     return [w.grad if id(w) in reached else w._zero() for w in wrt]
 
 
-class Scalar:
+class Scalar(_UnaryMethods):
     """A float in a computation graph: value, parents, and local partial derivatives.
 
     Each operation records ``d(out)/d(parent)`` for its parents at forward time; the reverse
@@ -530,18 +535,6 @@ class Scalar:
         y = float(_NUMPY_UNARY[name](self.value))
         return Scalar(y, (self,), (_unary_derivative(name, self.value, y),), name)
 
-    def tanh(self):
-        return self._unary("tanh")
-
-    def exp(self):
-        return self._unary("exp")
-
-    def log(self):
-        return self._unary("log")
-
-    def relu(self):
-        return self._unary("relu")
-
     def backward(self, grad=None) -> list:
         """Fill ``.grad`` of every node of this graph with d(self)/d(node); see :func:`backward`."""
         return backward(self, grad)
@@ -626,7 +619,7 @@ def vjp_sum(y_bar, x_shape, axis: int | None = None) -> np.ndarray:
     return np.broadcast_to(y_bar, x_shape).copy()  # copy: every adjoint owns its memory
 
 
-class Tensor:
+class Tensor(_UnaryMethods):
     """A float64 NumPy array in a computation graph, with the VJP rules of eqs. 10.3-10.5.
 
     Each operation stores its parents and a closure ``_vjp(out_bar) -> (parent_bar, ...)``
@@ -764,18 +757,6 @@ class Tensor:
             raise ValueError(f"log of non-positive values (min {x.min()!r})")
         y = _NUMPY_UNARY[name](x)
         return Tensor(y, (self,), lambda g: (vjp_unary(name, g, x, y),), name)
-
-    def tanh(self):
-        return self._unary("tanh")
-
-    def exp(self):
-        return self._unary("exp")
-
-    def log(self):
-        return self._unary("log")
-
-    def relu(self):
-        return self._unary("relu")
 
     def sum(self, axis: int | None = None):
         """Sum over all entries (``axis=None``) or over one axis."""

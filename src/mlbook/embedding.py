@@ -88,6 +88,17 @@ def one_hot_lookup(E: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 # --- eq. 17.4: the gradient of E is a scatter-add --------------------------------------------
 
 
+def _check_grad_args(grad_x, ids, vocab_size) -> None:
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
+        raise ValueError(f"vocab_size must be a positive int, got {vocab_size!r}")
+    if not isinstance(grad_x, torch.Tensor) or not grad_x.is_floating_point():
+        raise TypeError("grad_x must be a floating-point torch.Tensor")
+    _check_ids(ids, vocab_size)
+    if grad_x.ndim < 1 or tuple(grad_x.shape[:-1]) != tuple(ids.shape):
+        raise ValueError(f"grad_x must have shape ids.shape + (d,) = {tuple(ids.shape)} + (d,), "
+                         f"got {tuple(grad_x.shape)}")
+
+
 def embedding_grad(grad_x: torch.Tensor, ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """Gradient of a loss with respect to E, given its gradient with respect to x = E[ids].
 
@@ -103,14 +114,7 @@ def embedding_grad(grad_x: torch.Tensor, ids: torch.Tensor, vocab_size: int) -> 
     Returns:
         (V, d) gradient with respect to E; rows of tokens absent from ``ids`` are zero.
     """
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
-        raise ValueError(f"vocab_size must be a positive int, got {vocab_size!r}")
-    if not isinstance(grad_x, torch.Tensor) or not grad_x.is_floating_point():
-        raise TypeError("grad_x must be a floating-point torch.Tensor")
-    _check_ids(ids, vocab_size)
-    if grad_x.ndim < 1 or tuple(grad_x.shape[:-1]) != tuple(ids.shape):
-        raise ValueError(f"grad_x must have shape ids.shape + (d,) = {tuple(ids.shape)} + (d,), "
-                         f"got {tuple(grad_x.shape)}")
+    _check_grad_args(grad_x, ids, vocab_size)
     d = grad_x.shape[-1]
     flat = grad_x.reshape(-1, d)                                    # (..., d) -> (N, d)
     out = grad_x.new_zeros(vocab_size, d)
@@ -119,14 +123,7 @@ def embedding_grad(grad_x: torch.Tensor, ids: torch.Tensor, vocab_size: int) -> 
 
 def embedding_grad_naive(grad_x: torch.Tensor, ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """Reference for :func:`embedding_grad`: loop over positions, add rows. Implements eq. 17.4."""
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
-        raise ValueError(f"vocab_size must be a positive int, got {vocab_size!r}")
-    if not isinstance(grad_x, torch.Tensor) or not grad_x.is_floating_point():
-        raise TypeError("grad_x must be a floating-point torch.Tensor")
-    _check_ids(ids, vocab_size)
-    if grad_x.ndim < 1 or tuple(grad_x.shape[:-1]) != tuple(ids.shape):
-        raise ValueError(f"grad_x must have shape ids.shape + (d,) = {tuple(ids.shape)} + (d,), "
-                         f"got {tuple(grad_x.shape)}")
+    _check_grad_args(grad_x, ids, vocab_size)
     flat_ids = ids.reshape(-1).tolist()
     flat = grad_x.reshape(len(flat_ids), -1)                        # (..., d) -> (N, d)
     out = grad_x.new_zeros(vocab_size, flat.shape[1])

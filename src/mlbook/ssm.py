@@ -36,6 +36,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from ._validation import float_tensor as _check_tensor
+
 __all__ = [
     "discretize_zoh",
     "discretize_bilinear",
@@ -62,17 +64,6 @@ Pair = tuple[torch.Tensor, torch.Tensor]
 
 
 # --- validation ----------------------------------------------------------------------------------
-
-
-def _check_tensor(x, name: str, ndim: int | None = None, min_ndim: int = 0) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    if ndim is not None and x.ndim != ndim:
-        raise ValueError(f"{name} must have {ndim} axes, got shape {tuple(x.shape)}")
-    if x.ndim < min_ndim:
-        raise ValueError(f"{name} must have at least {min_ndim} axes, got shape {tuple(x.shape)}")
 
 
 def _check_delta(delta) -> float:

@@ -31,6 +31,8 @@ import math
 import torch
 from torch.overrides import TorchFunctionMode
 
+from .attention import _check_tensor
+
 __all__ = [
     "naive_attention",
     "tiled_attention",
@@ -44,12 +46,7 @@ __all__ = [
 
 def _check_qkv(q, k, v, causal, scale):
     for x, name in ((q, "q"), (k, "k"), (v, "v")):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-        if not x.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-        if x.ndim < 2:
-            raise ValueError(f"{name} must have shape (..., T, d), got {tuple(x.shape)}")
+        _check_tensor(x, name)
     if not q.dtype == k.dtype == v.dtype:
         raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
