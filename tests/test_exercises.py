@@ -1,0 +1,102 @@
+"""Every exercise of the book checks itself: its check accepts the reference answer shown in the
+chapter, reports a stub as not attempted, reports a broken answer without crashing, and has
+tests (tests/test_exercises_chNN.py) that name at least two typical wrong answers."""
+
+import importlib.util
+import json
+
+import pytest
+
+from exercise_support import ROOT, reference, reference_passes
+from mlbook.assign import find_exercises
+from mlbook.exercises import Incorrect, NotAttempted, attempt, check_exercise, evaluate, \
+    expect_answer, registered
+
+CHAPTERS = sorted((ROOT / "chapters").glob("[0-9]*.ipynb"))
+
+
+def notebook_ids(path):
+    return [e.id for e in find_exercises(json.loads(path.read_text(encoding="utf-8")), path.name)]
+
+
+ALL_IDS = [eid for p in CHAPTERS for eid in notebook_ids(p)]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_each_chapter_exercise_has_a_registered_check(path):
+    ids = notebook_ids(path)
+    assert len(ids) >= 3, f"{path.name}: {len(ids)} exercises in the self-checking layout"
+    chapter = int(path.name.split("_")[0])
+    assert [e.id for e in registered(chapter)] == ids
+
+
+def test_no_check_without_an_exercise():
+    assert sorted(e.id for e in registered()) == sorted(ALL_IDS)
+
+
+@pytest.mark.parametrize("eid", ALL_IDS)
+def test_reference_answer_passes(eid):
+    reference_passes(eid)
+
+
+@pytest.mark.parametrize("eid", ALL_IDS)
+def test_stub_is_not_attempted_and_garbage_is_rejected(eid):
+    n = len(reference(eid))
+
+    def stub(*args, **kwargs):
+        raise NotImplementedError()
+
+    assert evaluate(eid, *[stub] * n).status == "not attempted"
+    result = evaluate(eid, *[lambda *a, **k: None] * n)
+    assert result.status == "failed" and result.message
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_each_chapter_names_typical_wrong_answers(path):
+    chapter = int(path.name.split("_")[0])
+    test_file = ROOT / "tests" / f"test_exercises_ch{chapter:02d}.py"
+    assert test_file.exists(), f"{test_file.name} is missing"
+    spec = importlib.util.spec_from_file_location(test_file.stem, test_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for eid in notebook_ids(path):
+        assert len(module.WRONG.get(eid, [])) >= 2, f"{eid}: name at least two wrong answers"
+
+
+def test_check_exercise_prints_one_line_and_strict_raises(capsys):
+    ref = reference("12.3")["log_softmax_jacobian"]
+    check_exercise("12.3", ref)
+    assert capsys.readouterr().out.startswith("✓ exercise 12.3 — ")
+    with pytest.raises(AssertionError, match="transpose"):
+        check_exercise("12.3", lambda z: ref(z).T, strict=True)
+    assert capsys.readouterr().out.startswith("✗ exercise 12.3 — ")
+
+
+def test_bad_calls_raise_clear_errors():
+    with pytest.raises(ValueError, match="looks like '12.1'"):
+        evaluate("12")
+    with pytest.raises(TypeError, match="string"):
+        evaluate(12.1)
+    with pytest.raises(ValueError, match="no exercise 12.99"):
+        evaluate("12.99", print)
+    with pytest.raises(TypeError, match="checks 1 function"):
+        evaluate("12.1")
+
+
+def test_attempt_and_expect_answer_name_the_problem():
+    with pytest.raises(NotAttempted):
+        attempt(lambda: (_ for _ in ()).throw(NotImplementedError()), name="f")
+    with pytest.raises(Incorrect, match="should be a function"):
+        attempt(3, name="f")
+    with pytest.raises(Incorrect, match="raised ZeroDivisionError"):
+        attempt(lambda: 1 / 0, name="f")
+    with pytest.raises(Incorrect, match=r"should have shape \(2, 3\), got \(3, 2\) \(it looks tr"):
+        expect_answer([[0.0] * 2] * 3, [[0.0] * 3] * 2, "M")
+    with pytest.raises(Incorrect, match="should be a number or a tensor"):
+        expect_answer("x", 1.0, "v")
+    with pytest.raises(Incorrect, match="off by 1 at index"):
+        expect_answer([1.0, 2.0], [1.0, 3.0], "v")
+    with pytest.raises(Incorrect, match="nan or inf"):
+        expect_answer([float("nan")], [1.0], "v")
+    with pytest.raises(Incorrect, match="v: doubled"):
+        expect_answer([2.0], [1.0], "v", wrong={"doubled": [2.0]})
