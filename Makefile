@@ -41,8 +41,10 @@ book: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests scripts benchmarks chapters appendix instructors.ipynb
 
-unit: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider tests
+# The unit tests include running every chapter's student version (tests/test_assign_run.py):
+# two workers halve that.
+unit: warm
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 tests
 
 nbval: warm
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --nbval --nbval-current-env \

@@ -22,11 +22,12 @@ import booktools  # noqa: E402
 import make_formula_index  # noqa: E402
 import sync_colab  # noqa: E402
 
+from mlbook.assign import find_exercises  # noqa: E402
+
 IGNORE_RE = re.compile(r"^\s*#+\s*NBVAL_IGNORE_OUTPUT\s*$", re.M)  # exactly as nbval reads it
 IMPORT_RE = re.compile(r"^\s*(from\s+mlbook[\s.]|import\s+mlbook\b)", re.M)
 CHECK_RE = re.compile(r"\bcheck_\w+\s*\(|\bassert\b|gradcheck\s*\(")
 EXERCISE_RE = re.compile(r":::\s*\{exercise\}\s*\n:label:\s*(\S+)")
-SOLUTION_START_RE = re.compile(r"```\{solution-start\}\s*(\S+)\s*\n((?::\w+:.*\n)*)")
 LABEL_RE = re.compile(r"\$\$\s*\((eq-[0-9A-Ca-c]+-\d+)\)")
 FLOAT_RE = re.compile(r"(?<![\w.])-?(\d+)\.(\d+)(?:e[-+]?\d+)?")
 MAX_DIGITS = 7  # printed numbers are rounded (about 4 significant digits); a raw float has 16
@@ -137,33 +138,23 @@ def notebook_problems(path: Path) -> list[str]:
     if ids and uncited:
         problems.append("summary does not cite " + ", ".join(uncited))
 
-    # Exercises: at least three, each with a hidden solution that contains executed code.
-    exercises = EXERCISE_RE.findall(md)
-    if len(exercises) < 3:
-        problems.append(f"{len(exercises)} exercises (need at least 3)")
-    solutions = {}
-    in_solution, executed = None, 0
-    for c in cells:
-        text = cell_text(c)
-        if c.cell_type == "markdown":
-            m = SOLUTION_START_RE.search(text)
-            if in_solution and "{solution-end}" in text:
-                solutions[in_solution] = (solutions[in_solution][0], executed)
-                in_solution = None
-            if m:
-                in_solution, executed = m.group(1), 0
-                solutions[m.group(1)] = (":class: dropdown" in m.group(2), 0)
-        elif in_solution and text.strip() and c.execution_count is not None:
-            executed += 1
+    # Exercises: at least three, in the self-checking layout of mlbook.assign (task, folded
+    # written solution, answer cells of functions only, check cell), each check printing a pass.
+    if len(EXERCISE_RE.findall(md)) < 3:
+        problems.append(f"{len(EXERCISE_RE.findall(md))} exercises (need at least 3)")
+    try:
+        exercises = find_exercises(json.loads(path.read_text(encoding="utf-8")), path.name)
+    except ValueError as err:
+        return problems + [str(err)]
+    if len(exercises) != len(EXERCISE_RE.findall(md)):
+        problems.append("an exercise directive is not in the self-checking layout")
     for ex in exercises:
-        if ex not in solutions:
-            problems.append(f"exercise {ex} has no gated solution")
-            continue
-        hidden, n_exec = solutions[ex]
-        if not hidden:
-            problems.append(f"solution of {ex} is not a dropdown")
-        if n_exec == 0:
-            problems.append(f"solution of {ex} has no executed code cell")
+        check = cells[ex.check]
+        printed = "".join(o.get("text", "") for o in check.outputs if o.output_type == "stream")
+        if not printed.startswith(f"✓ exercise {ex.id} — "):
+            problems.append(f"the check of exercise {ex.id} does not print a pass: {printed!r}")
+        if any(cells[i].execution_count is None for i in ex.answers):
+            problems.append(f"an answer cell of exercise {ex.id} was not executed")
     return problems
 
 

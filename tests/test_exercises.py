@@ -6,11 +6,18 @@ import importlib.util
 import json
 
 import pytest
-
 from exercise_support import ROOT, reference, reference_passes
+
 from mlbook.assign import find_exercises
-from mlbook.exercises import Incorrect, NotAttempted, attempt, check_exercise, evaluate, \
-    expect_answer, registered
+from mlbook.exercises import (
+    Incorrect,
+    NotAttempted,
+    attempt,
+    check_exercise,
+    evaluate,
+    expect_answer,
+    registered,
+)
 
 CHAPTERS = sorted((ROOT / "chapters").glob("[0-9]*.ipynb"))
 

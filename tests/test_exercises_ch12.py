@@ -3,7 +3,6 @@ the mistake; the generic tests (reference passes, stub not attempted) are in tes
 
 import pytest
 import torch
-
 from exercise_support import cases, reference, rejected
 
 

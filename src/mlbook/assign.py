@@ -44,7 +44,6 @@ import json
 import re
 import shutil
 import sys
-import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +55,7 @@ __all__ = [
     "clear_solutions",
     "student_notebook",
     "instructor_notebook",
+    "colab_badge",
     "load_answers",
     "build_assignment",
     "main",
@@ -127,7 +127,8 @@ def find_exercises(nb: dict, where: str = "notebook") -> list[ExerciseCells]:
         raise ValueError(f"{where}: not a notebook (no cell list)")
     found = []
     for i, cell in enumerate(cells):
-        if cell.get("cell_type") != "markdown" or not _text(cell).lstrip().startswith(":::{exercise}"):
+        is_task = _text(cell).lstrip().startswith(":::{exercise}")
+        if cell.get("cell_type") != "markdown" or not is_task:
             continue
         m = _EXERCISE_RE.match(_text(cell).strip())
         if not m:
@@ -358,10 +359,11 @@ def load_answers(path: str | Path, eid: str) -> dict:
 
 _CONFIG_TEMPLATE = """\
 # nbgrader configuration of this assignment, written by `python -m mlbook.assign`.
+import os
+
 c = get_config()  # noqa: F821
 c.CourseDirectory.course_id = {course!r}
-c.CourseDirectory.root = "."
-c.CourseDirectory.db_assignments = [dict(name={name!r})]
+c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))  # noqa: F821
 c.ClearSolutions.code_stub = {{"python": "# YOUR CODE HERE\\nraise NotImplementedError()"}}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 c.ExecutePreprocessor.timeout = 300
@@ -425,10 +427,14 @@ def build_assignment(root: str | Path, chapters: Sequence[int], out: str | Path,
         if not exercises:
             raise ValueError(f"{where} has no exercises to assign")
         url_path = f"{path}/student/{f.name}" if path else f"student/{f.name}"
-        student = student_notebook(nb, where, colab_badge(url_path, repo, branch))
+        student_badge = colab_badge(url_path, repo, branch)
+        student = student_notebook(nb, where, student_badge)
         instructor = instructor_notebook(nb, where)
+        # nbgrader releases the source notebooks to students: they carry the student badge
+        source = _notebook(instructor, _with_badge(copy.deepcopy(instructor["cells"]),
+                                                   student_badge), keep_outputs=True)
         for target, book in ((student_dir / f.name, student), (instructor_dir / f.name, instructor),
-                             (source_dir / f.name, instructor)):
+                             (source_dir / f.name, source)):
             target.write_text(json.dumps(book, indent=1, ensure_ascii=False) + "\n",
                               encoding="utf-8")
             summary["files"].append(str(target))
@@ -443,39 +449,49 @@ def build_assignment(root: str | Path, chapters: Sequence[int], out: str | Path,
     return summary
 
 
+_README = """\
+# Assignment `{name}`
+
+| notebook | exercises | points |
+|---|---|---:|
+{rows}
+
+Each exercise is worth 2 points: 1 for the autograded check of the code, 1 for the written
+derivation, graded by hand. Total: {total} points.
+
+- `student/`: give these to students. Their Colab badges point at
+  `https://github.com/{repo}/tree/{branch}/{path}student`: publish them there.
+  Each answer function raises `NotImplementedError` until it is written; the check cell under
+  it prints ✓, ✗ with what is wrong, or ○ (not attempted).
+- `instructor/`: the same notebooks with the solutions and their outputs.
+- `autograder/`: an nbgrader course directory (`pip install nbgrader`).
+
+The book's website shows every reference solution, folded. Weigh that when you grade: the
+autograded point says that the function works, the written derivation graded by hand says
+whether the student understood why.
+
+## Grading with nbgrader
+
+    cd autograder
+    nbgrader generate_assignment {name}   # release/{name}/ = the student notebooks
+    # put each submission at submitted/<student id>/{name}/<notebook>.ipynb, then
+    nbgrader autograde {name}             # runs the hidden strict checks
+    nbgrader formgrade                    # or the formgrader in Jupyter: the written answers
+    nbgrader export                       # grades.csv
+
+The hidden test under each check cell calls `check_exercise(..., strict=True)`, which raises
+unless the answer passes, so nbgrader gives the point only to a correct function. The
+notebooks need the book's package (`mlbook`) where they run; on Colab their first code cell
+installs it.
+"""
+
+
 def _readme(name: str, chapters: dict, repo: str, branch: str, path: str) -> str:
-    rows = "\n".join(f"| `{f}` | {', '.join(ids)} | {2 * len(ids)} |" for f, ids in chapters.items())
+    rows = "\n".join(f"| `{f}` | {', '.join(ids)} | {2 * len(ids)} |"
+                     for f, ids in chapters.items())
     total = sum(2 * len(ids) for ids in chapters.values())
-    return textwrap.dedent(f"""\
-    # Assignment `{name}`
-
-    | notebook | exercises | points |
-    |---|---|---:|
-    {rows}
-
-    Each exercise is worth 2 points: 1 for the autograded check of the code, 1 for the written
-    derivation, graded by hand. Total: {total} points.
-
-    - `student/`: give these to students. Publish them at
-      `https://github.com/{repo}/tree/{branch}/{path}/student`: their Colab badges point there.
-      Each answer function raises `NotImplementedError` until it is written; the check cell
-      under it prints ✓, ✗ with what is wrong, or ○ (not attempted).
-    - `instructor/`: the same notebooks with the solutions and their outputs.
-    - `autograder/`: an nbgrader course directory (`pip install nbgrader`).
-
-    ## Grading with nbgrader
-
-        cd autograder
-        nbgrader generate_assignment {name}        # release/{name}/ = the student notebooks
-        # put each submission at submitted/<student id>/{name}/<notebook>.ipynb, then
-        nbgrader autograde {name}                  # runs the hidden strict checks
-        nbgrader formgrade / nbgrader export       # grade the written answers, export grades
-
-    The hidden test under each check cell calls `check_exercise(..., strict=True)`, which raises
-    unless the answer passes, so nbgrader gives the point only to a correct function. Students
-    need the book's package (`mlbook`) where the notebooks run; on Colab the first code cell
-    installs it.
-    """)
+    return _README.format(name=name, rows=rows, total=total, repo=repo, branch=branch,
+                          path=f"{path}/" if path else "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -273,8 +273,8 @@ def expect_answer(
         raise Incorrect(f"{what} contains nan or inf (is the computation numerically stable?)")
     diff = (g - w).abs().reshape(-1)
     i = int(torch.argmax(diff))
-    where = "" if w.dim() == 0 else f" at index {tuple(int(j) for j in np.unravel_index(i, w.shape))}"
-    raise Incorrect(
-        f"{what} is off by {fmt(float(diff[i]), 3)}{where}: expected {fmt(float(w.reshape(-1)[i]))},"
-        f" got {fmt(float(g.reshape(-1)[i]))}"
-    )
+    where = "" if w.dim() == 0 else \
+        f" at index {tuple(int(j) for j in np.unravel_index(i, tuple(w.shape)))}"
+    expected, actual = float(w.reshape(-1)[i]), float(g.reshape(-1)[i])
+    raise Incorrect(f"{what} is off by {fmt(float(diff[i]), 3)}{where}: "
+                    f"expected {fmt(expected)}, got {fmt(actual)}")

@@ -1,0 +1,133 @@
+"""The assignments work when run: every chapter's student version runs top to bottom with the
+stubs raising only inside their checks (each prints "not attempted"), putting the reference
+solutions back makes every check pass, and nbgrader grades a submission with the bundle.
+
+These tests execute notebooks (about the time of the book's own run); `make test` runs them on
+two workers."""
+
+import copy
+import json
+import shutil
+import subprocess
+import sys
+
+import nbformat
+import pytest
+from exercise_support import ROOT
+from nbclient import NotebookClient
+
+from mlbook import assign
+from mlbook.assign import BEGIN, END
+
+CHAPTERS = sorted((ROOT / "chapters").glob("[0-9]*.ipynb"))
+
+
+def text(cell):
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def unmarked(source):
+    return "\n".join(ln for ln in source.splitlines() if ln.strip() not in (BEGIN, END))
+
+
+def stream(cell):
+    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_student_version_runs_and_solutions_make_every_check_pass(tmp_path, path):
+    number = int(path.name.split("_")[0])
+    assign.build_assignment(ROOT, [number], tmp_path)
+    student_path = tmp_path / "student" / path.name
+    nb = nbformat.read(student_path, as_version=4)
+    master = json.loads((tmp_path / "instructor" / path.name).read_text(encoding="utf-8"))
+    solutions = {c["metadata"]["nbgrader"]["grade_id"]: unmarked(text(c))
+                 for c in master["cells"] if c["metadata"].get("nbgrader", {}).get("solution")
+                 and c["cell_type"] == "code"}
+    client = NotebookClient(nb, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path / "student")}})
+    checks = []
+    with client.setup_kernel():
+        for i, cell in enumerate(nb.cells):
+            client.execute_cell(cell, i)  # raises CellExecutionError if any cell fails
+            meta = cell.metadata.get("nbgrader", {})
+            if meta.get("grade") and cell.cell_type == "code":
+                checks.append(cell)
+                eid = meta["grade_id"][3:-6].replace("-", ".")
+                assert stream(cell).startswith(f"○ exercise {eid} — not attempted yet: "), \
+                    stream(cell)
+                assert "NotImplementedError" in stream(cell)
+        assert checks, f"{path.name}: no check cells"
+        # put the reference solutions back, then run every check again
+        for source in solutions.values():
+            cell = nbformat.v4.new_code_cell(source)
+            nb.cells.append(cell)
+            client.execute_cell(cell, len(nb.cells) - 1)
+        for cell in checks:
+            again = nbformat.v4.new_code_cell(text(cell))
+            nb.cells.append(again)
+            client.execute_cell(again, len(nb.cells) - 1)
+            assert stream(again).startswith("✓ exercise "), stream(again)
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            assert not (out.output_type == "stream" and out.name == "stderr"), out.text
+
+
+def nbgrader(*args, cwd):
+    result = subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=WARN"],
+                            cwd=cwd, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def submission(release, source, name, edit=lambda grade_id, code: code):
+    """A copy of the released notebook with the answers restored (and edited by ``edit``)."""
+    nb = copy.deepcopy(release)
+    master = {c["metadata"]["nbgrader"]["grade_id"]: unmarked(text(c))
+              for c in source["cells"] if "nbgrader" in c["metadata"]}
+    for cell in nb["cells"]:
+        grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id", "")
+        if "-answer" in grade_id:
+            cell["source"] = edit(grade_id, master[grade_id])
+    return nb
+
+
+def test_nbgrader_grades_submissions_with_the_bundle(tmp_path):
+    pytest.importorskip("nbgrader", reason="nbgrader grades assignments (requirements.txt)")
+    from nbgrader.api import Gradebook
+
+    chapters = [p for p in CHAPTERS if p.name.startswith(("07_", "12_"))]
+    assign.build_assignment(ROOT, [7, 12], tmp_path, name="hw1")
+    course = tmp_path / "autograder"
+    nbgrader("generate_assignment", "hw1", cwd=course)
+    for path in chapters:
+        release = json.loads((course / "release" / "hw1" / path.name).read_text(encoding="utf-8"))
+        ours = json.loads((tmp_path / "student" / path.name).read_text(encoding="utf-8"))
+        assert [text(c) for c in release["cells"]] == [text(c) for c in ours["cells"]], \
+            "nbgrader's release differs from mlbook.assign's student notebook"
+        source = json.loads((course / "source" / "hw1" / path.name).read_text(encoding="utf-8"))
+
+        def partial(grade_id, code):
+            if grade_id == "ex-12-1-answer":
+                return code.split("    beta")[0] + "    raise NotImplementedError()"
+            if grade_id == "ex-12-3-answer":  # a typical mistake: the transposed Jacobian
+                return code.replace("p[None, :]", "p[:, None]")
+            return code
+
+        for student, edit in (("full", lambda g, c: c), ("partial", partial)):
+            folder = course / "submitted" / student / "hw1"
+            folder.mkdir(parents=True, exist_ok=True)
+            nb = submission(release, source, student, edit)
+            (folder / path.name).write_text(json.dumps(nb), encoding="utf-8")
+    nbgrader("autograde", "hw1", cwd=course)
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        for path in chapters:
+            n = len(assign.find_exercises(json.loads(path.read_text(encoding="utf-8"))))
+            full = gb.find_submission_notebook(path.stem, "hw1", "full")
+            assert (full.code_score, full.max_code_score) == (n, n)
+            part = gb.find_submission_notebook(path.stem, "hw1", "partial")
+            lost = {g.name for g in part.grades if g.cell.cell_type == "code" and g.score == 0}
+            expected = {"ex-12-1-check", "ex-12-3-check"} if path.name.startswith("12_") else set()
+            assert lost == expected
+            assert part.max_score == 2 * n  # plus one written answer per exercise, by hand
+    shutil.rmtree(course / "autograded", ignore_errors=True)
