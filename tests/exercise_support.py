@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from mlbook.assign import load_answers
-from mlbook.exercises import evaluate
+from mlbook.exercises import evaluate, registered
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,8 +28,12 @@ def chapter_notebook(chapter: int) -> Path:
 
 @functools.cache
 def reference(eid: str) -> dict:
-    """The reference answer functions of exercise ``eid``, by name."""
-    return load_answers(chapter_notebook(int(eid.split(".")[0])), eid)
+    """The reference answer functions of exercise ``eid``, by name, in the order in which its
+    check takes them."""
+    chapter = int(eid.split(".")[0])
+    answers = load_answers(chapter_notebook(chapter), eid)
+    (ex,) = [e for e in registered(chapter) if e.id == eid]
+    return {name: answers[name] for name in ex.answers}
 
 
 def reference_passes(eid: str) -> None:

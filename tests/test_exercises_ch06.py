@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
 from exercise_support import cases, reference, rejected
 
 
@@ -23,11 +22,11 @@ def posterior_last_only(prior, likelihoods):
     return _normalise(prior * likelihoods[-1]) if len(likelihoods) else prior
 
 
-def posterior_prior_every_step(prior, likelihoods):
-    post = prior
+def posterior_product_of_posteriors(prior, likelihoods):
+    post = np.ones_like(prior)
     for lik in likelihoods:
-        post = _normalise(post * lik * prior)
-    return post if len(likelihoods) else prior
+        post = post * _normalise(prior * lik)
+    return _normalise(post) if len(likelihoods) else prior
 
 
 def posterior_unnormalised(prior, likelihoods):
@@ -35,7 +34,8 @@ def posterior_unnormalised(prior, likelihoods):
 
 
 def posterior_product_at_once(prior, likelihoods):
-    return _normalise(prior * likelihoods.prod(axis=0))
+    with np.errstate(invalid="ignore"):  # 0 / 0 once the product underflows
+        return _normalise(prior * likelihoods.prod(axis=0))
 
 
 def score_flipped(z, k):
@@ -128,7 +128,7 @@ def var_without_sigma(sigma2, rho, n):
 
 WRONG = {
     "6.1": [(posterior_last_only, "only the last result counts"),
-            (posterior_prior_every_step, "the prior entered once per result"),
+            (posterior_product_of_posteriors, "the prior entered once per result"),
             (posterior_unnormalised, "not normalised"),
             (posterior_product_at_once, "underflows")],
     "6.2": [((score_flipped, ref_gradient), "sign is flipped"),

@@ -256,7 +256,8 @@ def expect_answer(
         want: the independent reference (its shape is the required shape).
         what: how to name the quantity in feedback, e.g. ``"entropy_slope(z, 0.7)"``.
         wrong: typical wrong answers, ``{feedback: value}``; if ``got`` matches one of them
-            (and not ``want``) that feedback is raised.
+            (and not ``want``) that feedback is raised. A value of None is skipped (a mistake
+            that does not apply to this case).
         atol, rtol: the tolerance of the comparison.
 
     Returns the answer as a float64 tensor.
@@ -266,7 +267,7 @@ def expect_answer(
     if g.shape == w.shape and torch.isfinite(g).all() and is_close(g, w, atol=atol, rtol=rtol):
         return g
     for feedback, value in (wrong or {}).items():  # a typical mistake, possibly of another shape
-        if is_close(g, as_tensor(value, "a wrong answer"), atol=atol, rtol=rtol):
+        if value is not None and is_close(g, as_tensor(value, "a wrong answer"), atol=atol, rtol=rtol):
             raise Incorrect(f"{what}: {feedback}")
     g = as_tensor(g, what, shape=tuple(w.shape))
     if not torch.isfinite(g).all():

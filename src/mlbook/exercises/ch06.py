@@ -63,8 +63,8 @@ def sequential_posterior(answer) -> str:
             wrong["only the first result counts: update once per row of `likelihoods`"] = \
                 _bayes_log(prior, liks[:1])
         if len(liks) > 1:
-            wrong["the prior entered once per result: after the first update the posterior is the "
-                  "prior, so do not multiply by p(h) again"] = \
+            wrong["the prior entered once per result (as when multiplying the posteriors of the "
+                  "single results): p(h) belongs in the product once"] = \
                 _bayes_log(prior, liks, prior_power=len(liks))
         wrong["not normalised: divide by the evidence p(e_1, ..., e_T) = sum over h"] = \
             torch.from_numpy(prior * liks.prod(axis=0))
@@ -158,7 +158,7 @@ def _stats_for(a2: float, b2: float, shared: bool, n: int) -> torch.Tensor:
 @exercise("6.3", "equicorrelated_draws", "var_of_mean")
 def equicorrelated_mean(draws, var_of_mean) -> str:
     """Covariance of the simulated draws; Var of the mean against 1^T Sigma 1 / n^2."""
-    for rho, n, reps in [(0.1, 50, 20_000), (0.5, 4, 20_000), (1.0, 3, 20_000), (0.0, 6, 20_000)]:
+    for rho, n, reps in [(0.5, 4, 20_000), (0.1, 50, 20_000), (1.0, 3, 20_000), (0.0, 6, 20_000)]:
         label = f"equicorrelated_draws({rho}, {n}, {reps}, generator)"
         x = as_tensor(attempt(draws, rho, n, reps, torch.Generator().manual_seed(63)), label,
                       (reps, n))
@@ -201,5 +201,5 @@ def equicorrelated_mean(draws, var_of_mean) -> str:
                     rho + (1 - rho) / n,
             },
             atol=1e-12, rtol=1e-9)
-    return ("the simulated draws have variance 1 and covariance rho for rho = 0.1, 0.5, 1, 0 "
-            "(n = 50, 4, 3, 6), and var_of_mean matches 1^T Sigma 1 / n^2 for 6 cases")
+    return ("the simulated draws have variance 1 and covariance rho for rho = 0.5, 0.1, 1, 0 "
+            "(n = 4, 50, 3, 6), and var_of_mean matches 1^T Sigma 1 / n^2 for 6 cases")

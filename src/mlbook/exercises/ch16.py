@@ -190,7 +190,8 @@ def _wrong_moments(w, x, p):
             (mean, (x**2) @ w**2 * (1 - p) / p),
         "the masks are independent, so the variances of the units add: sum_j w_j^2 x_j^2 "
         "p/(1 - p), not (w^T x)^2 p/(1 - p)": (mean, mean**2 * p / (1 - p)),
-        "Var[w_j d_j] = w_j^2 Var[d_j]: the weights enter squared": (mean, (x**2) @ w * p / (1 - p)),
+        "Var[w_j d_j] = w_j^2 Var[d_j]: the weights enter squared":
+            (mean, (x**2) @ w * p / (1 - p)),
         "a variance of 0 is evaluation mode; in training the masks add noise": (mean, 0 * var),
     }
 

@@ -249,9 +249,10 @@ def influenced(answer) -> str:
                 "reaches s + L(W - 1)": _band(T, s, s + L * W),
                 "position s itself is missing: its own embedding changed":
                     _band(T, s + 1, reach),
-                "positions before s are marked; under causal attention they never see token s":
-                    _band(T, 0, reach),
             }
+            if s > 0:
+                wrong["positions before s are marked; under causal attention they never see "
+                      "token s"] = _band(T, 0, reach)
             if S > 0 and s < S:
                 wrong["the sink is ignored: a sink token stays visible to every later position "
                       "in every layer, so its change reaches the whole sequence"] = \
