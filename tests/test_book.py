@@ -257,7 +257,8 @@ def test_checker_finds_real_defects(tmp_path):
         booktools.ROOT = orig_root
     text = "\n".join(problems)
     for expected in ("never executed", "no stored outputs", "no figure", "eq-6-3",
-                     "no executed code cell"):
+                     "the check of exercise 6.1 does not print a pass",
+                     "an answer cell of exercise 6.1 was not executed"):
         assert expected in text, f"checker missed: {expected}\n{text}"
 
 

@@ -90,6 +90,18 @@ def test_bad_calls_raise_clear_errors():
         evaluate("12.1")
 
 
+def test_a_missing_package_of_a_check_is_named(monkeypatch):
+    import mlbook.exercises as ex
+
+    def needs_a_package(f):
+        import package_that_is_not_installed  # noqa: F401
+
+    monkeypatch.setitem(ex._REGISTRY, "99.1", ex.Exercise("99.1", ("f",), needs_a_package))
+    result = evaluate("99.1", print)
+    assert result.status == "unavailable" and not result
+    assert "pip install package_that_is_not_installed" in result.line()
+
+
 def test_attempt_and_expect_answer_name_the_problem():
     with pytest.raises(NotAttempted):
         attempt(lambda: (_ for _ in ()).throw(NotImplementedError()), name="f")

@@ -10,6 +10,7 @@ It prints one line:
     ✓ exercise 12.1 — <what was verified>                      the answer passed
     ✗ exercise 12.1 — <what is wrong: a shape, a sign, a term>  the answer is wrong
     ○ exercise 12.1 — not attempted yet: ...                   the stub still raises
+    ? exercise 12.1 — cannot check here: ...                   a package the check needs is missing
 
 The checks live in one module per chapter (``mlbook.exercises.ch12`` for ``"12.1"``), imported
 only when a check of that chapter runs. Each check is a small function, registered with
@@ -57,7 +58,7 @@ __all__ = [
 
 _ID_RE = re.compile(r"^([1-9]\d*)\.([1-9]\d*)$")
 _REGISTRY: dict[str, Exercise] = {}
-_SYMBOLS = {"passed": "✓", "failed": "✗", "not attempted": "○"}
+_SYMBOLS = {"passed": "✓", "failed": "✗", "not attempted": "○", "unavailable": "?"}
 
 
 class Incorrect(Exception):
@@ -84,7 +85,8 @@ class Exercise:
 
 @dataclass(frozen=True)
 class Result:
-    """The outcome of one check: ``status`` is "passed", "failed" or "not attempted"."""
+    """The outcome of one check: ``status`` is "passed", "failed", "not attempted" or
+    "unavailable" (the check's own reference needs a package that is not installed)."""
 
     exercise: str
     status: str
@@ -169,6 +171,9 @@ def evaluate(eid: str, *answers) -> Result:
         return Result(eid, "not attempted", f"not attempted yet: {err}")
     except Incorrect as err:
         return Result(eid, "failed", str(err))
+    except ModuleNotFoundError as err:  # the reference needs an optional package
+        return Result(eid, "unavailable", f"cannot check here: the check needs the package "
+                                          f"`{err.name}` (pip install {err.name})")
     return Result(eid, "passed", message)
 
 
@@ -267,7 +272,9 @@ def expect_answer(
     if g.shape == w.shape and torch.isfinite(g).all() and is_close(g, w, atol=atol, rtol=rtol):
         return g
     for feedback, value in (wrong or {}).items():  # a typical mistake, possibly of another shape
-        if value is not None and is_close(g, as_tensor(value, "a wrong answer"), atol=atol, rtol=rtol):
+        if value is None:
+            continue
+        if is_close(g, as_tensor(value, "a wrong answer"), atol=atol, rtol=rtol):
             raise Incorrect(f"{what}: {feedback}")
     g = as_tensor(g, what, shape=tuple(w.shape))
     if not torch.isfinite(g).all():
