@@ -48,6 +48,7 @@ unit: warm
 
 nbval: warm
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --nbval --nbval-current-env \
+		--nbval-cell-timeout=300 \
 		--nbval-sanitize-with nbval_sanitize.cfg -o testpaths= $(NOTEBOOKS)
 
 site-check: $(STAMP)

@@ -44,7 +44,7 @@ def test_student_version_runs_and_solutions_make_every_check_pass(tmp_path, path
     solutions = {c["metadata"]["nbgrader"]["grade_id"]: unmarked(text(c))
                  for c in master["cells"] if c["metadata"].get("nbgrader", {}).get("solution")
                  and c["cell_type"] == "code"}
-    client = NotebookClient(nb, timeout=600, kernel_name="python3",
+    client = NotebookClient(nb, timeout=300, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path / "student")}})
     checks = []
     with client.setup_kernel():
