@@ -197,3 +197,13 @@ def test_command_line(tmp_path, capsys):
     assert "no chapters/ folder" in capsys.readouterr().err
     assert assign.main(["12", "--name", "bad name", "--out", str(tmp_path),
                         "--book", str(ROOT)]) == 2
+
+
+def test_python_dash_m_runs_cleanly(tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "mlbook.assign", "12", "--out", str(tmp_path)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert result.stdout.startswith("assignment ch12: 1 chapter(s)")

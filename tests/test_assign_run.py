@@ -7,9 +7,11 @@ two workers."""
 
 import copy
 import json
+import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -74,8 +76,11 @@ def test_student_version_runs_and_solutions_make_every_check_pass(tmp_path, path
 
 
 def nbgrader(*args, cwd):
+    # nbgrader runs its database migrations with the `alembic` command: put the environment's
+    # scripts on PATH, as an activated virtual environment would
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     result = subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=WARN"],
-                            cwd=cwd, capture_output=True, text=True, timeout=900)
+                            cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
     return result
 

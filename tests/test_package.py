@@ -9,7 +9,9 @@ import pytest
 
 import mlbook
 
-EXPLICIT_ONLY = {"flash_triton"}  # importing it may set TRITON_INTERPRET: never imported eagerly
+# flash_triton: importing it may set TRITON_INTERPRET; assign: a command (`python -m
+# mlbook.assign`), which runpy warns about when the package has already imported it.
+EXPLICIT_ONLY = {"flash_triton", "assign"}
 MODULES = sorted(m.name for m in pkgutil.iter_modules(mlbook.__path__)
                  if not m.name.startswith("_"))  # _validation: private argument checks
 

@@ -4,7 +4,8 @@ Tools of the book
     :mod:`mlbook.check`         numerical checks that print one line and raise on failure
     :mod:`mlbook.curriculum`    chapter headers, the prerequisite graph, study plans (instructors)
     :mod:`mlbook.exercises`     self-checking exercises: one check per exercise, specific feedback
-    :mod:`mlbook.assign`        student/instructor notebooks and an nbgrader bundle from chapters
+    :mod:`mlbook.assign`        student/instructor notebooks, an nbgrader bundle (a command:
+                                ``python -m mlbook.assign``; import it explicitly)
     :mod:`mlbook.viz`           the book's plotting style and shared figure helpers
     :mod:`mlbook.notebook`      notebook setup (seeds, style) and showing package source
     :mod:`mlbook.datasets`      small text corpora that ship inside the package
@@ -48,7 +49,6 @@ Concepts (the chapter that derives them)
 
 from . import (
     activations,
-    assign,
     attention,
     autodiff,
     check,
@@ -95,7 +95,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "activations",
-    "assign",
     "attention",
     "autodiff",
     "check",
