@@ -44,7 +44,7 @@ lint: $(STAMP)
 # The unit tests include running every chapter's student version (tests/test_assign_run.py):
 # two workers halve that.
 unit: warm
-	$(PY) -m pytest -q -p no:cacheprovider -n 2 tests
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist worksteal tests
 
 nbval: warm
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --nbval --nbval-current-env \
