@@ -77,7 +77,7 @@ def exercise_cells(answer='def f(x):\n    """Spec."""\n    return x',
     code = lambda s: {"cell_type": "code", "metadata": {}, "source": s,  # noqa: E731
                       "outputs": [], "execution_count": None}
     return {"cells": [
-        md(f":::{{exercise}}\n:label: {label}\n\nWrite `f(x)`.\n:::"),
+        md(f":::{{exercise}} 9.1\n:label: {label}\n:nonumber:\n\nWrite `f(x)`.\n:::"),
         md(f"```{{solution-start}} {label}\n:class: dropdown\n```\n\nBecause."),
         code(answer), md(end), code(check)]}
 
@@ -97,6 +97,7 @@ def test_find_exercises_reads_the_layout():
     ({"check": "print(f(1))"}, "holds only"),
     ({"end": "text"}, "solution-end"),
     ({"label": "ex-9"}, "exactly one"),
+    ({"label": "ex-9-2"}, "exactly one"),
 ])
 def test_find_exercises_names_what_is_wrong(kwargs, message):
     with pytest.raises(ValueError, match=message):

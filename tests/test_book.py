@@ -27,7 +27,7 @@ from mlbook.assign import find_exercises  # noqa: E402
 IGNORE_RE = re.compile(r"^\s*#+\s*NBVAL_IGNORE_OUTPUT\s*$", re.M)  # exactly as nbval reads it
 IMPORT_RE = re.compile(r"^\s*(from\s+mlbook[\s.]|import\s+mlbook\b)", re.M)
 CHECK_RE = re.compile(r"\bcheck_\w+\s*\(|\bassert\b|gradcheck\s*\(")
-EXERCISE_RE = re.compile(r":::\s*\{exercise\}\s*\n:label:\s*(\S+)")
+EXERCISE_RE = re.compile(r":::\s*\{exercise\}[^\n]*\n:label:\s*(\S+)")
 LABEL_RE = re.compile(r"\$\$\s*\((eq-[0-9A-Ca-c]+-\d+)\)")
 FLOAT_RE = re.compile(r"(?<![\w.])-?(\d+)\.(\d+)(?:e[-+]?\d+)?")
 MAX_DIGITS = 7  # printed numbers are rounded (about 4 significant digits); a raw float has 16
@@ -146,6 +146,8 @@ def notebook_problems(path: Path) -> list[str]:
         exercises = find_exercises(json.loads(path.read_text(encoding="utf-8")), path.name)
     except ValueError as err:
         return problems + [str(err)]
+    if re.search(r"\{(?:ref|numref)\}`ex-", md):  # a titled, unnumbered exercise shows no number
+        problems.append("cite exercises as {ref}`exercise N.k <ex-N-k>`")
     if len(exercises) != len(EXERCISE_RE.findall(md)):
         problems.append("an exercise directive is not in the self-checking layout")
     for ex in exercises:

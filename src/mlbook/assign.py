@@ -12,7 +12,7 @@ run from the root of the book (the folder with ``chapters/``), writes
 
 **The exercise layout** that every chapter follows (the book's tests enforce it):
 
-    markdown  :::{exercise} with :label: ex-N-k            the task; names the functions to write
+    markdown  :::{exercise} N.k, :label: ex-N-k, :nonumber:  the task; names the functions to write
     markdown  ```{solution-start} ex-N-k``` + derivation   the written solution
     code      answer cell(s): only top-level ``def``s, each with a docstring
     markdown  ```{solution-end}```
@@ -65,7 +65,8 @@ BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
 WRITTEN_STUB = "YOUR ANSWER HERE"
-_EXERCISE_RE = re.compile(r"^:::\{exercise\}\s*\n:label:\s*ex-(\d+)-(\d+)\s*\n(.*?)\n:::\s*$", re.S)
+_EXERCISE_RE = re.compile(r"^:::\{exercise\} (\d+)\.(\d+)\n:label: ex-(\d+)-(\d+)\n:nonumber:\n"
+                          r"(.*?)\n:::\s*$", re.S)
 _SOL_START_RE = re.compile(r"^```\{solution-start\}\s+ex-(\d+)-(\d+)\s*\n:class: dropdown\s*\n```"
                            r"\s*\n(.*)$", re.S)
 _SOL_END_RE = re.compile(r"^```\{solution-end\}\s*\n```\s*$")
@@ -131,9 +132,9 @@ def find_exercises(nb: dict, where: str = "notebook") -> list[ExerciseCells]:
         if cell.get("cell_type") != "markdown" or not is_task:
             continue
         m = _EXERCISE_RE.match(_text(cell).strip())
-        if not m:
-            raise ValueError(f"{where}: cell {i} must hold exactly one ':::{{exercise}}' directive "
-                             f"with ':label: ex-N-k'")
+        if not m or m.group(1, 2) != m.group(3, 4):
+            raise ValueError(f"{where}: cell {i} must hold exactly one exercise directive that "
+                             f"opens ':::{{exercise}} N.k', ':label: ex-N-k', ':nonumber:'")
         eid = f"{int(m.group(1))}.{int(m.group(2))}"
         here = f"{where}, exercise {eid}"
         j = i + 1
@@ -223,7 +224,7 @@ def clear_solutions(source: str) -> str:
 
 
 def _heading(task_text: str, eid: str) -> str:
-    body = _EXERCISE_RE.match(task_text.strip()).group(3).strip()
+    body = _EXERCISE_RE.match(task_text.strip()).group(5).strip()
     return f"**Exercise {eid}.**\n\n{body}"
 
 
