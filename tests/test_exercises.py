@@ -6,16 +6,19 @@ import importlib.util
 import json
 
 import pytest
+import torch
 from exercise_support import ROOT, reference, reference_passes
 
 from mlbook.assign import find_exercises
 from mlbook.exercises import (
     Incorrect,
     NotAttempted,
+    as_int,
     attempt,
     check_exercise,
     evaluate,
     expect_answer,
+    expect_tuple,
     registered,
 )
 
@@ -119,3 +122,20 @@ def test_attempt_and_expect_answer_name_the_problem():
         expect_answer([float("nan")], [1.0], "v")
     with pytest.raises(Incorrect, match="v: doubled"):
         expect_answer([2.0], [1.0], "v", wrong={"doubled": [2.0]})
+
+
+def test_as_int_and_expect_tuple_name_the_problem():
+    assert as_int(3.0, "n") == 3 and as_int(torch.tensor([7]), "n") == 7
+    with pytest.raises(Incorrect, match=r"whole number \(tokens\), got 2.5"):
+        as_int(2.5, "n", "tokens")
+    with pytest.raises(Incorrect, match="got a bool"):
+        as_int(True, "n")
+    with pytest.raises(Incorrect, match=r"one int \(a count\), got shape \(2,\)"):
+        as_int([1, 2], "n")
+    assert expect_tuple([1, 2], "f", ("a", "b")) == (1, 2)
+    with pytest.raises(Incorrect, match=r"f should return a triple \(a, b, c\), got 2 values"):
+        expect_tuple((1, 2), "f", ("a", "b", "c"))
+    with pytest.raises(Incorrect, match=r"should return a pair \(a, b\), got Tensor"):
+        expect_tuple(torch.zeros(2), "f", ("a", "b"))
+    with pytest.raises(Incorrect, match="returned None"):
+        expect_tuple(None, "f", ("a", "b"))

@@ -192,7 +192,7 @@ WRONG = {
     "13.4": [((moments_between_only, ref_profile), "spread within the components"),
              ((moments_variance, ref_profile), "the variance"),
              ((moments_mean_sd, ref_profile), "weighted mean of the component sds"),
-             ((moments_tensor, ref_profile), "should return the pair"),
+             ((moments_tensor, ref_profile), "should return a pair (mean, sd)"),
              ((ref_moments, profile_forward), "that is the forward KL"),
              ((ref_moments, profile_without_dx), "grid spacing dx"),
              ((ref_moments, profile_mean_over_sigma), "minimum over σ")],

@@ -149,7 +149,7 @@ WRONG = {
              (moments_correlated, "variances of the units add"),
              (moments_weights_not_squared, "weights enter squared"),
              (moments_eval_mode, "evaluation mode"),
-             (moments_single_tensor, "should return the pair")],
+             (moments_single_tensor, "should return a pair (mean, var)")],
 }
 
 

@@ -30,9 +30,10 @@ differs is reported with both shapes before any value is compared.
 from __future__ import annotations
 
 import importlib
+import math
 import pkgutil
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,6 +53,8 @@ __all__ = [
     "attempt",
     "expect",
     "as_tensor",
+    "as_int",
+    "expect_tuple",
     "is_close",
     "expect_answer",
 ]
@@ -234,6 +237,30 @@ def as_tensor(value, what: str, shape: tuple[int, ...] | None = None) -> torch.T
             hint = " (it looks transposed)"
         raise Incorrect(f"{what} should have shape {tuple(shape)}, got {tuple(t.shape)}{hint}")
     return t
+
+
+def as_int(value, what: str, unit: str = "a count") -> int:
+    """``value`` (an int, or a whole float or one-element tensor) as an int; a bool, several
+    values or a fraction get a message that names ``unit`` ("tokens", "sequences")."""
+    if isinstance(value, bool):
+        raise Incorrect(f"{what} should be an int ({unit}), got a bool")
+    t = as_tensor(value, what)
+    expect(t.numel() == 1, f"{what} should be one int ({unit}), got shape {tuple(t.shape)}")
+    x = float(t.reshape(()))
+    expect(math.isfinite(x) and x == int(x), f"{what} should be a whole number ({unit}), got {x}")
+    return int(x)
+
+
+def expect_tuple(value, what: str, names: Sequence[str]) -> tuple:
+    """The parts of an answer that must be a tuple (or list) of ``len(names)`` items, named in
+    the message: ``expect_tuple(out, "f(x)", ("mean", "sd"))``."""
+    kind = {2: "pair", 3: "triple"}.get(len(names), f"tuple of {len(names)}")
+    if value is None:
+        raise Incorrect(f"{what} returned None (is a `return` missing?)")
+    if not isinstance(value, (tuple, list)) or len(value) != len(names):
+        got = f"{len(value)} values" if isinstance(value, (tuple, list)) else type(value).__name__
+        raise Incorrect(f"{what} should return a {kind} ({', '.join(names)}), got {got}")
+    return tuple(value)
 
 
 def is_close(got, want, *, atol: float = 1e-8, rtol: float = 1e-6) -> bool:

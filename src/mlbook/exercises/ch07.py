@@ -16,22 +16,11 @@ import torch
 from scipy import stats
 from sklearn.metrics import mutual_info_score
 
-from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer
+from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer, expect_tuple
 
 F64 = torch.float64
 LOG2 = math.log(2)
-
-
-def _pair(value, what: str) -> tuple:
-    """The two parts of an answer that must be a pair."""
-    if value is None:
-        raise Incorrect(f"{what} returned None (is a `return` missing?)")
-    try:
-        n = len(value)
-    except TypeError:
-        raise Incorrect(f"{what} should return a pair, got {type(value).__name__}") from None
-    expect(n == 2, f"{what} should return a pair (two values), got {n} values")
-    return value[0], value[1]
+_INFO_PARTS = ("I(X; Y)", "H(X) + log h")
 
 
 def _column_entropies(joint: np.ndarray) -> np.ndarray:
@@ -159,7 +148,8 @@ def k2_moments(answer) -> str:
     u = p.log_prob(x) - q.log_prob(x)                                # (M, 20) log r at the nodes
     mean = (w * u**2 / 2).sum(dim=1)
     var = (w * u**4 / 4).sum(dim=1) - mean**2
-    got_mean, got_var = _pair(attempt(answer, mu.clone()), "k2_moments(mu)")
+    got_mean, got_var = expect_tuple(attempt(answer, mu.clone()), "k2_moments(mu)",
+                                     ("mean", "variance"))
     m2, m4, m6 = mu**2, mu**4, mu**6
     expect_answer(
         got_mean, mean, "the mean of k2_moments(mu) for mu = 0, 0.1, 0.5, 1, 2, -1.5",
@@ -239,8 +229,8 @@ def binned_gaussian(table_fn, information) -> str:
             atol=1e-6)
         i_want, hx_want = _information(want, h)
         p = want / want.sum()
-        i_got, hx_got = _pair(attempt(information, want.copy(), h),
-                              f"binned_information(table, {h})")
+        i_got, hx_got = expect_tuple(attempt(information, want.copy(), h),
+                                     f"binned_information(table, {h})", _INFO_PARTS)
         expect_answer(i_got, i_want, f"I(X; Y) of binned_information(table, {h}) for rho = {rho}",
                       wrong={"that is in bits; use nats": i_want / LOG2,
                              "the sign is flipped: I = H(X) + H(Y) - H(X, Y) >= 0": -i_want},
@@ -261,8 +251,9 @@ def binned_gaussian(table_fn, information) -> str:
     mi_cont, h_diff = -0.5 * math.log(1 - rho**2), 0.5 * math.log(2 * math.pi * math.e)
     mis, hs = [], []
     for h in (0.8, 0.4, 0.2, 0.1, 0.05):
-        i, hx = _pair(attempt(information, attempt(table_fn, rho, h), h),
-                      f"binned_information(binned_gaussian_table(0.8, {h}), {h})")
+        i, hx = expect_tuple(attempt(information, attempt(table_fn, rho, h), h),
+                             f"binned_information(binned_gaussian_table(0.8, {h}), {h})",
+                             _INFO_PARTS)
         mis.append(float(as_tensor(i, "I")))
         hs.append(float(as_tensor(hx, "H(X) + log h")))
     expect(all(b > a for a, b in zip(mis, mis[1:], strict=False)) and max(mis) < mi_cont,

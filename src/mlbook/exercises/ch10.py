@@ -16,15 +16,9 @@ import numpy as np
 import torch
 
 from .. import autodiff as ad
-from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer
+from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer, expect_tuple
 
 F64 = torch.float64
-
-
-def _pair(got, what: str) -> tuple:
-    expect(isinstance(got, (tuple, list)) and len(got) == 2,
-           f"{what} should return a pair (x_bar, y_bar)")
-    return tuple(got)
 
 
 def _adjoint(got, want: torch.Tensor, operand: str, what: str) -> torch.Tensor:
@@ -55,8 +49,8 @@ def div_vjp(answer) -> str:
         z_bar = torch.randn(z_shape, generator=gen, dtype=F64)
         tx, ty = x.clone().requires_grad_(True), y.clone().requires_grad_(True)
         x_bar, y_bar = torch.autograd.grad(tx / ty, (tx, ty), grad_outputs=z_bar)
-        got = _pair(attempt(answer, z_bar.numpy().copy(), x.numpy().copy(), y.numpy().copy()),
-                    f"div_vjp for {what}")
+        got = expect_tuple(attempt(answer, z_bar.numpy().copy(), x.numpy().copy(),
+                                   y.numpy().copy()), f"div_vjp for {what}", ("x_bar", "y_bar"))
         gx = _adjoint(got[0], x_bar, "x", f"div_vjp for {what}")
         gy = _adjoint(got[1], y_bar, "y", f"div_vjp for {what}")
         same = x_shape == y_shape

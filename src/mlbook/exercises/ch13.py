@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from scipy import integrate
 
-from . import as_tensor, attempt, exercise, expect, expect_answer
+from . import as_tensor, attempt, exercise, expect, expect_answer, expect_tuple
 
 F64 = torch.float64
 
@@ -220,11 +220,10 @@ def _moments_by_quadrature(w, m, s):
     return mean, math.sqrt(var)
 
 
-def _pair(value, what: str) -> torch.Tensor:
-    expect(isinstance(value, (tuple, list)) and len(value) == 2,
-           f"{what} should return the pair (mean, sd), got {type(value).__name__}")
-    return torch.stack([as_tensor(value[0], f"the mean of {what}", ()),
-                        as_tensor(value[1], f"the sd of {what}", ())])
+def _mean_sd(value, what: str) -> torch.Tensor:
+    mean, sd = expect_tuple(value, what, ("mean", "sd"))
+    return torch.stack([as_tensor(mean, f"the mean of {what}", ()),
+                        as_tensor(sd, f"the sd of {what}", ())])
 
 
 def _log_mixture(x, w, m, s):
@@ -243,7 +242,7 @@ def forward_reverse(moments, profile) -> str:
         mean, sd = _moments_by_quadrature(w, m, s)
         between = math.sqrt(max(float((wt * mt**2).sum()) - mean**2, 0.0))
         what = f"mixture_moments for weights {w}"
-        got = _pair(attempt(moments, wt.clone(), mt.clone(), st.clone()), what)
+        got = _mean_sd(attempt(moments, wt.clone(), mt.clone(), st.clone()), what)
         expect_answer(
             got, [mean, sd], what,
             wrong={

@@ -15,7 +15,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer
+from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer, expect_tuple
 
 F64 = torch.float64
 EPS = 1e-5
@@ -196,11 +196,10 @@ def _wrong_moments(w, x, p):
     }
 
 
-def _pair(result, what, B):
-    expect(isinstance(result, tuple | list) and len(result) == 2,
-           f"{what} should return the pair (mean, var), got {type(result).__name__}")
-    return as_tensor(result[0], f"the mean of {what}", (B,)), \
-        as_tensor(result[1], f"the variance of {what}", (B,))
+def _mean_var(result, what, B):
+    mean, var = expect_tuple(result, what, ("mean", "var"))
+    return as_tensor(mean, f"the mean of {what}", (B,)), \
+        as_tensor(var, f"the variance of {what}", (B,))
 
 
 def _expect_moments(got, want, what, wrong, atol_mean, atol_var):
@@ -221,7 +220,7 @@ def dropout_linear_moments(answer) -> str:
     for p in (0.3, 0.5, 0.9):
         want = _exact_moments(w, x, p)
         what = f"dropout_linear_moments(w, x, p={p}) with D = 10"
-        got = _pair(attempt(answer, w.clone(), x.clone(), p), what, 3)
+        got = _mean_var(attempt(answer, w.clone(), x.clone(), p), what, 3)
         _expect_moments(got, want, what, _wrong_moments(w, x, p), 1e-10, 1e-10)
     # Monte Carlo through torch's own F.dropout, D = 20, p = 0.3
     p, n = 0.3, 200_000
@@ -233,7 +232,7 @@ def dropout_linear_moments(answer) -> str:
     se_mean = ys.std(1) / math.sqrt(n)
     se_var = ((ys - mc_mean[:, None]) ** 2).std(1) / math.sqrt(n)
     what = "dropout_linear_moments(w, x, p=0.3) with D = 20"
-    got = _pair(attempt(answer, w20.clone(), x20.clone(), p), what, 2)
+    got = _mean_var(attempt(answer, w20.clone(), x20.clone(), p), what, 2)
     for part, i, mc, se in (("mean", 0, mc_mean, se_mean), ("variance", 1, mc_var, se_var)):
         z = ((got[i] - mc).abs() / se).max()
         expect(bool(z < 4), f"the {part} of {what} is more than 4 standard errors from the "

@@ -20,11 +20,6 @@ from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer
 F64 = torch.float64
 
 
-def _known(wrong: dict) -> dict:
-    """The typical wrong answers that apply to this case (None marks one that does not)."""
-    return {k: v for k, v in wrong.items() if v is not None}
-
-
 # --------------------------------------------------------------------------- 18.1
 
 
@@ -69,14 +64,14 @@ def smoothing(smoothing_weight, interpolated_probs) -> str:
             if alpha == 0 and got.shape == lam.shape and bool(got[~seen].isnan().any()):
                 raise Incorrect(f"{what}: an unseen context (n_i = 0) has λ_i = 0 (it is "
                                 "uniform), not 0/0")
-            expect_answer(got, lam, what, wrong=_known({
+            expect_answer(got, lam, what, wrong={
                 "that is 1 - λ, the weight of the uniform distribution; λ weights the counts":
                     torch.where(seen, 1 - lam, torch.ones_like(lam)),
                 "the pseudo-counts add α to each of the V next tokens, so n_i + α V, not "
                 "n_i + α": torch.where(seen, n / (n + alpha), torch.zeros_like(n)),
                 "n_i sums the counts over the next token, the last axis":
                     _weight_over_axis0(counts, alpha) if counts.dim() == 3 else None,
-            }), atol=1e-12, rtol=1e-9)
+            }, atol=1e-12, rtol=1e-9)
             what = f"interpolated_probs(counts, alpha={alpha:g}) for the {name}"
             got = as_tensor(attempt(interpolated_probs, counts.clone(), alpha), what)
             if got.shape == direct.shape and bool(got[~seen].isnan().any()):
@@ -170,7 +165,7 @@ def temperature(temperature_entropy, entropy_limits) -> str:
                 raise Incorrect(f"{what} is nan or inf: compute log p with log_softmax, so that "
                                 "a probability that underflows to 0 contributes 0, not 0 * -inf")
             p1 = torch.softmax(z / tau, -1)
-            expect_answer(got, want, what, wrong=_known({
+            expect_answer(got, want, what, wrong={
                 "that is in bits: the entropy in nats uses the natural log": want / math.log(2),
                 "divide the logits by τ; that is the entropy at temperature 1/τ":
                     _entropy(z, 1 / tau),
@@ -179,7 +174,7 @@ def temperature(temperature_entropy, entropy_limits) -> str:
                 "the entropy is -sum_j p_j log p_j, with a minus sign": -want,
                 "each term is p_j log p_j, weighted by p_j": -torch.log(p1).sum()
                     if bool((p1 > 0).all()) else None,
-            }), atol=1e-9, rtol=1e-7)
+            }, atol=1e-9, rtol=1e-7)
             values.append(float(got))
         expect(all(b >= a - 1e-12 for a, b in zip(values, values[1:], strict=False)),
                f"temperature_entropy for {name} should not decrease as τ grows")
@@ -191,7 +186,7 @@ def temperature(temperature_entropy, entropy_limits) -> str:
                f"{what} should return the pair (limit at 0, limit at infinity), got "
                f"{type(got).__name__}")
         V = z.numel()
-        expect_answer(got, [want0, want_inf], what, wrong=_known({
+        expect_answer(got, [want0, want_inf], what, wrong={
             "as τ → 0 the mass is spread evenly over the k logits tied for the maximum, so "
             "the limit is log k": [0.0, want_inf] if k > 1 else None,
             "the limits are swapped: τ → 0 concentrates the mass (low entropy), τ → ∞ makes "
@@ -200,6 +195,6 @@ def temperature(temperature_entropy, entropy_limits) -> str:
                 [want0 / math.log(2), want_inf / math.log(2)],
             "the uniform distribution over V tokens has entropy log V, not log(V - 1)":
                 [want0, math.log(V - 1)],
-        }), atol=1e-6, rtol=0)
+        }, atol=1e-6, rtol=0)
     return ("matches Categorical.entropy for τ from 1e-3 to 1e3 on 3 logit vectors (ties, "
             "large logits), rises with τ, and the limits match τ = 1e-9 and 1e12")

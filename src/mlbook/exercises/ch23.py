@@ -17,7 +17,7 @@ import torch
 
 from .. import gpt
 from .. import language_model as lm
-from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer
+from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer, expect_tuple
 
 
 def _argmax_path(model, prompts: torch.Tensor, n_new: int, *, window: int | None = None,
@@ -122,17 +122,11 @@ def gpt_parameter_split(answer) -> str:
             "and untied, V = 50,257 untied and the GPT-2 small shape")
 
 
-def _pair(out, what: str) -> torch.Tensor:
-    if isinstance(out, torch.Tensor):
-        is_pair = out.numel() == 2
-        out = out.reshape(-1)
-    else:
-        is_pair = isinstance(out, (tuple, list)) and len(out) == 2
-    if not is_pair:
-        raise Incorrect(f"{what} should return a pair (bits, perplexity), got "
-                        f"{type(out).__name__}")
+def _bits_ppl(out, what: str) -> torch.Tensor:
+    if isinstance(out, torch.Tensor) and out.numel() == 2:  # a 2-element tensor is a pair too
+        out = tuple(out.reshape(-1))
     values = []
-    for v in out:
+    for v in expect_tuple(out, what, ("bits", "perplexity")):
         t = as_tensor(v, what)
         expect(t.numel() == 1, f"{what} should return two numbers, got shape {tuple(t.shape)}")
         values.append(t.reshape(()))
@@ -153,7 +147,7 @@ def units_and_unigram(convert, unigram) -> str:
         bits, ppl = float(np.log2(np.exp(loss))), float(np.exp(loss))
         what = f"bits_and_perplexity({loss:.4g})"
         expect_answer(
-            _pair(attempt(convert, loss), what), torch.tensor([bits, ppl], dtype=torch.float64),
+            _bits_ppl(attempt(convert, loss), what), torch.tensor([bits, ppl], dtype=torch.float64),
             what,
             wrong={
                 "bits = nats / ln 2 (one bit is ln 2 nats), not nats × ln 2":

@@ -16,7 +16,7 @@ from dataclasses import replace
 import torch
 
 from .. import kv_cache as kc
-from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer
+from . import Incorrect, as_int, as_tensor, attempt, exercise, expect, expect_answer
 
 F64 = torch.float64
 GiB = 2**30
@@ -147,17 +147,6 @@ def _cache_per_sequence(cfg: kc.DecoderConfig, T: int, G: int | None = None,
     return n_kv * t.element_size() * t.numel()
 
 
-def _as_int(value, what: str) -> int:
-    if isinstance(value, bool):
-        raise Incorrect(f"{what} should be an int (a number of sequences), got a bool")
-    t = as_tensor(value, what)
-    expect(t.numel() == 1, f"{what} should be one int, got shape {tuple(t.shape)}")
-    x = float(t.reshape(()))
-    expect(math.isfinite(x) and x == int(x),
-           f"{what} should be a whole number of sequences, got {x}")
-    return int(x)
-
-
 @exercise("24.2", "max_batch")
 def max_batch(answer) -> str:
     """Batch size of fp16 caches beside fp16 weights, against parameter and byte counts."""
@@ -193,8 +182,8 @@ def max_batch(answer) -> str:
         if free < 0:
             wrong["the batch is negative: when the weights alone do not fit, return 0"] = \
                 free // per_seq
-        got = _as_int(attempt(answer, cfg, memory, T),
-                      f"max_batch(cfg, memory_bytes, seq_len) for {where}")
+        got = as_int(attempt(answer, cfg, memory, T),
+                     f"max_batch(cfg, memory_bytes, seq_len) for {where}", "sequences")
         for feedback, value in wrong.items():
             if got == value and got != want:
                 raise Incorrect(f"max_batch for {where} gives {got}: {feedback}")

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from .. import mla
-from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer
+from . import Incorrect, as_int, as_tensor, attempt, exercise, expect, expect_answer
 
 F64 = torch.float64
 GiB = 2**30
@@ -36,20 +36,12 @@ def _flops(fn) -> int:
     return counter.get_total_flops()
 
 
-def _as_int(value, what: str, unit: str = "a count") -> int:
-    t = as_tensor(value, what)
-    expect(t.numel() == 1, f"{what} should be one int ({unit}), got shape {tuple(t.shape)}")
-    x = float(t.reshape(()))
-    expect(math.isfinite(x) and x == int(x), f"{what} should be a whole number ({unit}), got {x}")
-    return int(x)
-
-
 def _ints(value, what: str, n: int) -> list[int]:
     if not isinstance(value, (tuple, list)) or len(value) != n:
         got = (f"a {type(value).__name__} of length {len(value)}"
                if isinstance(value, (tuple, list)) else type(value).__name__)
         raise Incorrect(f"{what} should return a tuple of {n} ints, got {got}")
-    return [_as_int(v, what) for v in value]
+    return [as_int(v, what) for v in value]
 
 
 # --- 25.1 ------------------------------------------------------------------------------------
@@ -185,7 +177,6 @@ def _meta_bytes(*shape) -> int:
     return t.element_size() * t.numel()
 
 
-
 @exercise("25.3", "gqa_max_tokens", "mla_max_tokens")
 def max_tokens(gqa_answer, mla_answer) -> str:
     """T_max of four caches at DeepSeek-V3's shapes against meta-tensor bytes, fits and T + 1."""
@@ -199,7 +190,7 @@ def max_tokens(gqa_answer, mla_answer) -> str:
             want = budget // cache(1)
             expect(cache(want) <= budget < cache(want + 1), "internal: T_max should fit")
             what = f"gqa_max_tokens for {name}, a budget of {where}"
-            got = _as_int(attempt(gqa_answer, L, G, d_h, budget), what, "tokens")
+            got = as_int(attempt(gqa_answer, L, G, d_h, budget), what, "tokens")
             wrong = {"the cache counts the keys only; it stores a key and a value (the factor 2)":
                          budget // _meta_bytes(L, G, 1, d_h),
                      "the layers are missing: every one of the L layers has its own cache":
@@ -211,7 +202,7 @@ def max_tokens(gqa_answer, mla_answer) -> str:
             _expect_int(got, want, what, wrong)
         want = budget // _meta_bytes(L, 1, d_c + d_R)
         what = f"mla_max_tokens for DeepSeek-V3, a budget of {where}"
-        got = _as_int(attempt(mla_answer, L, d_c, d_R, budget), what, "tokens")
+        got = as_int(attempt(mla_answer, L, d_c, d_R, budget), what, "tokens")
         wrong = {"the RoPE key is missing: the cache holds the latent (d_c) and the shared RoPE "
                  "key (d_R) of every token": budget // _meta_bytes(L, 1, d_c),
                  "the layers are missing: every one of the L layers caches its own latents":

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from .. import tiled_attention as ta
-from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer
+from . import Incorrect, as_int, as_tensor, attempt, exercise, expect, expect_answer
 
 F64 = torch.float64
 
@@ -188,14 +188,6 @@ def _counted_tiles(T: int, b_q: int, b_k: int) -> int:
     return counter.n // 2                                            # QK^T and PV per tile
 
 
-def _as_int(value, what: str) -> int:
-    t = as_tensor(value, what)
-    expect(t.numel() == 1, f"{what} should be one int, got shape {tuple(t.shape)}")
-    x = float(t.reshape(()))
-    expect(math.isfinite(x) and x == int(x), f"{what} should be a whole number of tiles, got {x}")
-    return int(x)
-
-
 @exercise("26.3", "causal_tiles")
 def causal_tiles(answer) -> str:
     """Tile counts against the matrix products tiled_attention performs."""
@@ -222,7 +214,7 @@ def causal_tiles(answer) -> str:
         wrong["that is every tile, R_q R_k; the causal algorithm skips the tiles above the "
               "diagonal"] = R_q * R_k
         what = f"causal_tiles(T={T}, b_q={b_q}, b_k={b_k})"
-        got = _as_int(attempt(answer, T, b_q, b_k), what)
+        got = as_int(attempt(answer, T, b_q, b_k), what, "tiles")
         if got != want:
             for feedback, value in wrong.items():
                 if got == value:
