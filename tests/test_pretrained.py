@@ -109,3 +109,22 @@ def test_hub_model_loads_where_a_hub_is_reachable():
     assert attn.shape == (12, 12, len(tokens), len(tokens))
     assert [w for w, _ in pt.word_pieces(enc, "Kıyıdaki banka diktir")] == [
         "Kıyıdaki", "banka", "diktir"]
+
+
+def test_hub_probe_is_bounded_even_when_the_lookup_stalls(monkeypatch):
+    import time
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr(pt.socket, "create_connection", lambda *a, **k: time.sleep(5))
+    start = time.perf_counter()
+    online, why = pt.hub_reachable(0.2)
+    assert not online and "no answer within 0.2 s" in why
+    assert time.perf_counter() - start < 2
+
+    def refuse(*args, **kwargs):
+        raise ConnectionRefusedError()
+
+    monkeypatch.setattr(pt.socket, "create_connection", refuse)
+    assert pt.hub_reachable(0.2) == (False, "cannot connect to huggingface.co:443 "
+                                            "(ConnectionRefusedError)")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import threading
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -76,8 +77,10 @@ class Encoder:
 def hub_reachable(timeout: float = 2.0) -> tuple[bool, str]:
     """Whether the Hugging Face hub can be reached, and why not; cheap (one TCP connect).
 
-    Honours ``HF_HUB_OFFLINE`` and ``TRANSFORMERS_OFFLINE`` (set by the book's Makefile) and
-    ``HF_ENDPOINT``. Never raises for network trouble.
+    The whole probe, the DNS lookup included, is bounded by ``timeout``: ``create_connection``'s
+    own timeout does not cover the lookup, which a machine without network can stall for
+    minutes. Honours ``HF_HUB_OFFLINE`` and ``TRANSFORMERS_OFFLINE`` (set by the book's
+    Makefile) and ``HF_ENDPOINT``. Never raises for network trouble.
 
     Returns:
         (True, "") or (False, a short reason).
@@ -90,11 +93,23 @@ def hub_reachable(timeout: float = 2.0) -> tuple[bool, str]:
     url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
     host = url.hostname or "huggingface.co"
     port = url.port or (80 if url.scheme == "http" else 443)
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True, ""
-    except OSError as exc:
-        return False, f"cannot connect to {host}:{port} ({type(exc).__name__})"
+    outcome: list[str] = []
+
+    def probe() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                outcome.append("")
+        except OSError as exc:
+            outcome.append(type(exc).__name__)
+
+    worker = threading.Thread(target=probe, daemon=True)  # abandoned if the lookup stalls
+    worker.start()
+    worker.join(timeout)
+    if not outcome:
+        return False, f"cannot connect to {host}:{port} (no answer within {timeout:g} s)"
+    if outcome[0]:
+        return False, f"cannot connect to {host}:{port} ({outcome[0]})"
+    return True, ""
 
 
 @contextlib.contextmanager
