@@ -5,6 +5,7 @@ The packaged MiniLM encoder loads offline; the hub test runs only where a hub is
 
 import contextlib
 import io
+import socket
 
 import pytest
 import torch
@@ -112,13 +113,21 @@ def test_hub_model_loads_where_a_hub_is_reachable():
 
 
 def test_hub_probe_is_bounded_even_when_the_lookup_stalls(monkeypatch):
+    import threading
     import time
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    monkeypatch.setattr(pt.socket, "create_connection", lambda *a, **k: time.sleep(5))
+    release = threading.Event()
+
+    def stall(*args, **kwargs):  # a DNS lookup that hangs until the test releases it
+        release.wait(30)
+        raise socket.gaierror("released")
+
+    monkeypatch.setattr(pt.socket, "create_connection", stall)
     start = time.perf_counter()
     online, why = pt.hub_reachable(0.2)
+    release.set()
     assert not online and "no answer within 0.2 s" in why
     assert time.perf_counter() - start < 2
 
