@@ -27,20 +27,21 @@ def grad_always_raw(x, params, renormalize):
     return _ref("27.1", "router_logit_grad")(x, params, False)
 
 
-def grad_of_mean(x, params, renormalize):
+def _logit_grad(x, params, renormalize, k, reduce):
+    """Autograd's gradient of reduce(y) with respect to the router logits, top-k routing."""
     r = (x @ params["W_r"]).requires_grad_(True)
-    route = moe.topk_route(r, 1, renormalize=renormalize)
-    moe.moe_routed(x, route.idx, route.gates, params["W"], params["V"], params["W2"]).mean(
-    ).backward()
+    route = moe.topk_route(r, k, renormalize=renormalize)
+    y = moe.moe_routed(x, route.idx, route.gates, params["W"], params["V"], params["W2"])
+    reduce(y).backward()
     return r.grad
+
+
+def grad_of_mean(x, params, renormalize):
+    return _logit_grad(x, params, renormalize, 1, torch.mean)
 
 
 def grad_top2(x, params, renormalize):
-    r = (x @ params["W_r"]).requires_grad_(True)
-    route = moe.topk_route(r, 2, renormalize=renormalize)
-    moe.moe_routed(x, route.idx, route.gates, params["W"], params["V"], params["W2"]).sum(
-    ).backward()
-    return r.grad
+    return _logit_grad(x, params, renormalize, 2, torch.sum)
 
 
 def grad_through_selected_logit_only(x, params, renormalize):
