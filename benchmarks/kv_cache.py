@@ -6,7 +6,7 @@ Usage (from the repository root, with the package installed, e.g. ``pip install 
     python benchmarks/kv_cache.py             # 1,024 generated tokens (the recomputation is slow)
 
 What it measures
-    A small Llama-style decoder (``mlbook.kv_cache.TinyDecoder``: V = 256, D = 128, L = 2,
+    A small Llama-style decoder (``mlbook.attention.kv_cache.TinyDecoder``: V = 256, D = 128, L = 2,
     H = 4 query heads, G = 2 key/value heads, F = 384, float32, random weights) generates
     ``--new`` tokens greedily after a 16-token prompt, once with the KV cache
     (``generate(..., use_cache=True)``) and once recomputing every step over the whole sequence
@@ -30,11 +30,18 @@ from pathlib import Path
 
 import torch
 
-from mlbook import kv_cache as kc
+from mlbook.attention import kv_cache as kc
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = kc.DecoderConfig(vocab_size=256, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2,
-                          d_ff=384, name="benchmark decoder")
+CONFIG = kc.DecoderConfig(
+    vocab_size=256,
+    d_model=128,
+    n_layers=2,
+    n_heads=4,
+    n_kv_heads=2,
+    d_ff=384,
+    name="benchmark decoder",
+)
 PROMPT_LEN = 16
 
 
@@ -89,8 +96,9 @@ def main(argv=None) -> dict:
 
     torch.manual_seed(0)
     model = kc.TinyDecoder(CONFIG, torch.Generator().manual_seed(0)).to(device)
-    prompt = torch.randint(0, CONFIG.vocab_size, (1, PROMPT_LEN),
-                           generator=torch.Generator().manual_seed(1)).to(device)
+    prompt = torch.randint(
+        0, CONFIG.vocab_size, (1, PROMPT_LEN), generator=torch.Generator().manual_seed(1)
+    ).to(device)
     kc.generate(model, prompt, 8, use_cache=True)  # warm-up (kernels, allocator)
     kc.generate(model, prompt, 8, use_cache=False)
 
@@ -101,14 +109,18 @@ def main(argv=None) -> dict:
     same = bool(torch.equal(cached, recomputed))
     f_cached = kc.generation_flops(CONFIG, PROMPT_LEN, n_new, True)
     f_recomp = kc.generation_flops(CONFIG, PROMPT_LEN, n_new, False)
-    print(f"speedup {s_recomp / s_cached:.1f}x measured, {f_recomp / f_cached:.1f}x in FLOPs; "
-          f"same tokens: {same}")
+    print(
+        f"speedup {s_recomp / s_cached:.1f}x measured, {f_recomp / f_cached:.1f}x in FLOPs; "
+        f"same tokens: {same}"
+    )
 
     result = {
         "benchmark": "KV cache vs recomputation (chapter 24)",
         "hardware": hardware(device),
-        "config": {k: getattr(CONFIG, k) for k in ("vocab_size", "d_model", "n_layers",
-                                                   "n_heads", "n_kv_heads", "d_ff")},
+        "config": {
+            k: getattr(CONFIG, k)
+            for k in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff")
+        },
         "dtype": "float32",
         "prompt_len": PROMPT_LEN,
         "generated_tokens": n_new,

@@ -85,5 +85,7 @@ def sheet_key(nb: Path) -> str | None:
 
 def sheet_label_ids() -> dict[str, list[str]]:
     """{'6': ['eq-6-1', ...], 'A': [...]}: the label every sheet equation must carry."""
-    return {str(ch["number"]): [f"eq-{e['id'].replace('.', '-')}" for e in ch.get("equations", [])]
-            for ch in sheet()["chapters"]}
+    return {
+        str(ch["number"]): [f"eq-{e['id'].replace('.', '-')}" for e in ch.get("equations", [])]
+        for ch in sheet()["chapters"]
+    }

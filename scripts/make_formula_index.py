@@ -46,8 +46,12 @@ def render() -> str:
         "",
     ]
     total = sum(len(ch.get("equations", [])) for ch in data["chapters"])
-    done = sum(1 for ch in data["chapters"] for e in ch.get("equations", [])
-               if f"eq-{e['id'].replace('.', '-')}" in links)
+    done = sum(
+        1
+        for ch in data["chapters"]
+        for e in ch.get("equations", [])
+        if f"eq-{e['id'].replace('.', '-')}" in links
+    )
     lines += [f"Derived so far: **{done} of {total}** equations.", ""]
     for ch in data["chapters"]:
         num = ch["number"]

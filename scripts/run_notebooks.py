@@ -25,8 +25,9 @@ BOOK_BUDGET_S = 600.0
 
 def run(path: Path) -> tuple[nbformat.NotebookNode, float]:
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}})
+    client = NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
     start = time.perf_counter()
     client.execute()
     return nb, time.perf_counter() - start
@@ -50,14 +51,19 @@ def main() -> int:
     print(f"total: {total:.1f} s for {len(rows)} notebooks (book budget {BOOK_BUDGET_S:.0f} s)")
     if args.bench:
         args.bench.parent.mkdir(parents=True, exist_ok=True)
-        lines = [f"Notebook run times on {platform.machine()} ({platform.processor() or 'cpu'}),"
-                 f" Python {platform.python_version()}", "",
-                 "| notebook | seconds | within 30 s |", "|---|---:|:---:|"]
+        lines = [
+            f"Notebook run times on {platform.machine()} ({platform.processor() or 'cpu'}),"
+            f" Python {platform.python_version()}",
+            "",
+            "| notebook | seconds | within 30 s |",
+            "|---|---:|:---:|",
+        ]
         lines += [f"| {n} | {s:.1f} | {'yes' if s <= BUDGET_S else 'NO'} |" for n, s in rows]
         lines += [f"| **total** | **{total:.1f}** | {'yes' if total <= BOOK_BUDGET_S else 'NO'} |"]
         args.bench.write_text("\n".join(lines) + "\n", encoding="utf-8")
         args.bench.with_suffix(".json").write_text(
-            json.dumps({"rows": rows, "total_s": total}, indent=1), encoding="utf-8")
+            json.dumps({"rows": rows, "total_s": total}, indent=1), encoding="utf-8"
+        )
         print(f"wrote {args.bench}")
     over = [n for n, s in rows if s > BUDGET_S]
     return 1 if over or total > BOOK_BUDGET_S else 0

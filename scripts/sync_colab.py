@@ -37,10 +37,12 @@ def sync(nb_path, write: bool) -> list[str]:
         problems.append("Colab badge differs from _config.yml")
         cells[0]["source"] = BADGE_RE.sub(lambda m: badge, first)
         changed = True
-    setup = next((c for c in cells if c["cell_type"] == "code"
-                  and "google.colab" in "".join(c["source"])), None)
+    setup = next(
+        (c for c in cells if c["cell_type"] == "code" and "google.colab" in "".join(c["source"])),
+        None,
+    )
     if setup is None or not PIP_RE.search("".join(setup["source"])):
-        problems.append("no Colab setup cell with a `%pip install --quiet \"...\"` line")
+        problems.append('no Colab setup cell with a `%pip install --quiet "..."` line')
     else:
         text = "".join(setup["source"])
         new = PIP_RE.sub(lambda m: m.group(1) + pip_line, text)

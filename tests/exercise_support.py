@@ -12,16 +12,15 @@ import functools
 import re
 from pathlib import Path
 
-from mlbook.assign import load_answers
-from mlbook.exercises import evaluate, registered
+from mlbook.teaching.assign import load_answers
+from mlbook.teaching.exercises import evaluate, registered
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def chapter_notebook(chapter: int) -> Path:
     """The notebook file of a chapter number."""
-    found = [p for p in (ROOT / "chapters").glob("*.ipynb")
-             if re.match(rf"^0*{chapter}_", p.name)]
+    found = [p for p in (ROOT / "chapters").glob("*.ipynb") if re.match(rf"^0*{chapter}_", p.name)]
     assert len(found) == 1, f"chapter {chapter}: found {found}"
     return found[0]
 
@@ -55,5 +54,8 @@ def cases(wrong: dict) -> list:
     """``WRONG = {eid: [(answer, feedback), ...]}`` as pytest parameters with readable ids."""
     import pytest
 
-    return [pytest.param(eid, answer, feedback, id=f"{eid}-{n}")
-            for eid, pairs in wrong.items() for n, (answer, feedback) in enumerate(pairs)]
+    return [
+        pytest.param(eid, answer, feedback, id=f"{eid}-{n}")
+        for eid, pairs in wrong.items()
+        for n, (answer, feedback) in enumerate(pairs)
+    ]

@@ -1,4 +1,4 @@
-"""Unit tests of mlbook.activations against independent references (torch built-ins, autograd,
+"""Unit tests of mlbook.nn.activations against independent references (torch built-ins, autograd,
 SciPy, finite differences, transformers' LlamaMLP), with explicit tolerances per dtype."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from scipy import special
 
-from mlbook import activations as act
+from mlbook.nn import activations as act
 
 F64 = torch.float64
 # Per-dtype tolerances for elementwise values of size <= ~30: a few ulps of the result.
@@ -56,8 +56,9 @@ def test_activation_matches_torch_builtin(name, dtype):
 def test_closed_form_derivative_matches_autograd_float64(name):
     _, f_prime = act.ACTIVATIONS[name]
     x = grid()
-    torch.testing.assert_close(f_prime(x), autograd_derivative(REFERENCE[name], x),
-                               atol=1e-12, rtol=0)
+    torch.testing.assert_close(
+        f_prime(x), autograd_derivative(REFERENCE[name], x), atol=1e-12, rtol=0
+    )
 
 
 @pytest.mark.parametrize("name", list(act.ACTIVATIONS))
@@ -86,8 +87,9 @@ def test_extreme_inputs_stay_finite_and_exact():
     x = torch.tensor([-800.0, -50.0, 50.0, 800.0], dtype=F64)
     for f, f_prime in act.ACTIVATIONS.values():
         assert torch.isfinite(f(x)).all() and torch.isfinite(f_prime(x)).all()
-    torch.testing.assert_close(act.softplus(x), torch.tensor([0.0, 0.0, 50.0, 800.0], dtype=F64),
-                               atol=1e-15, rtol=0)
+    torch.testing.assert_close(
+        act.softplus(x), torch.tensor([0.0, 0.0, 50.0, 800.0], dtype=F64), atol=1e-15, rtol=0
+    )
     assert torch.isinf(act.softplus_naive(torch.tensor([800.0], dtype=F64))).all()
 
 
@@ -112,18 +114,25 @@ def test_normal_cdf_relative_precision_against_scipy():
 
 def test_gelu_tanh_matches_torch_and_is_close_to_exact():
     x = torch.linspace(-8, 8, 16001, dtype=F64)
-    torch.testing.assert_close(act.gelu_tanh(x), F.gelu(x, approximate="tanh"), atol=1e-14,
-                               rtol=0)
+    torch.testing.assert_close(act.gelu_tanh(x), F.gelu(x, approximate="tanh"), atol=1e-14, rtol=0)
     err = (act.gelu_tanh(x) - act.gelu(x)).abs().max().item()
     assert 4.7e-4 < err < 4.8e-4  # the known maximum error of the tanh approximation
 
 
 def test_gelu_and_silu_minima():
     # GELU'(x) = 0 and SiLU'(x) = 0 at the known minima (-0.7518, -1.2785).
-    torch.testing.assert_close(act.gelu_grad(torch.tensor(-0.751791524693559, dtype=F64)),
-                               torch.tensor(0.0, dtype=F64), atol=1e-12, rtol=0)
-    torch.testing.assert_close(act.silu_grad(torch.tensor(-1.278464542761074, dtype=F64)),
-                               torch.tensor(0.0, dtype=F64), atol=1e-12, rtol=0)
+    torch.testing.assert_close(
+        act.gelu_grad(torch.tensor(-0.751791524693559, dtype=F64)),
+        torch.tensor(0.0, dtype=F64),
+        atol=1e-12,
+        rtol=0,
+    )
+    torch.testing.assert_close(
+        act.silu_grad(torch.tensor(-1.278464542761074, dtype=F64)),
+        torch.tensor(0.0, dtype=F64),
+        atol=1e-12,
+        rtol=0,
+    )
 
 
 @pytest.mark.parametrize("name", list(act.ACTIVATIONS))
@@ -136,8 +145,7 @@ def test_activations_reject_non_float_input(name):
             f_prime(bad)
 
 
-@pytest.mark.parametrize("fn", [act.softplus_naive, act.normal_cdf, act.normal_pdf,
-                                act.gelu_tanh])
+@pytest.mark.parametrize("fn", [act.softplus_naive, act.normal_cdf, act.normal_pdf, act.gelu_tanh])
 def test_helpers_reject_non_float_input(fn):
     with pytest.raises(TypeError):
         fn(torch.arange(3))
@@ -211,8 +219,14 @@ def test_swiglu_matches_llama_mlp():
     gen = torch.Generator().manual_seed(0)
     d = 48
     sw = act.SwiGLUFFN(d, generator=gen, dtype=F64)
-    cfg = transformers.LlamaConfig(hidden_size=d, intermediate_size=sw.h, num_attention_heads=4,
-                                   num_key_value_heads=4, hidden_act="silu", mlp_bias=False)
+    cfg = transformers.LlamaConfig(
+        hidden_size=d,
+        intermediate_size=sw.h,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        hidden_act="silu",
+        mlp_bias=False,
+    )
     ref = LlamaMLP(cfg).to(F64)
     with torch.no_grad():
         ref.gate_proj.weight.copy_(sw.W.T)
@@ -228,8 +242,10 @@ def test_swiglu_matches_llama_mlp():
 def test_fused_swiglu_matches_naive(dtype):
     gen = torch.Generator().manual_seed(2)
     d, h = 32, 80
-    W, V = torch.randn(d, h, generator=gen, dtype=dtype), torch.randn(d, h, generator=gen,
-                                                                        dtype=dtype)
+    W, V = (
+        torch.randn(d, h, generator=gen, dtype=dtype),
+        torch.randn(d, h, generator=gen, dtype=dtype),
+    )
     W2 = torch.randn(h, d, generator=gen, dtype=dtype)
     x = torch.randn(3, 7, d, generator=gen, dtype=dtype)
     naive = act.swiglu_ffn(x, W, V, W2)

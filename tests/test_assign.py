@@ -1,4 +1,4 @@
-"""`python -m mlbook.assign`: the transforms, the files it writes for every chapter, and that no
+"""`python -m mlbook.teaching.assign`: the transforms, the files it writes for every chapter, and that no
 solution leaks into a student notebook. (Executing the student notebooks and grading them with
 nbgrader is in test_assign_run.py.)"""
 
@@ -9,8 +9,8 @@ import re
 import pytest
 from exercise_support import ROOT
 
-from mlbook import assign
-from mlbook.assign import (
+from mlbook.teaching import assign
+from mlbook.teaching.assign import (
     BEGIN,
     END,
     STUB,
@@ -47,8 +47,10 @@ def text(cell):
 def test_mark_and_clear_solutions_keep_signature_and_docstring():
     marked = mark_solutions(ANSWER)
     assert marked.count(BEGIN) == 2 and marked.count(END) == 2
-    assert "\n".join(line for line in marked.splitlines()
-                     if line.strip() not in (BEGIN, END)) == ANSWER
+    assert (
+        "\n".join(line for line in marked.splitlines() if line.strip() not in (BEGIN, END))
+        == ANSWER
+    )
     stub = clear_solutions(marked)
     ast.parse(stub)
     assert "x * y" not in stub and "inner" not in stub and "solution" not in stub
@@ -60,45 +62,71 @@ def test_mark_and_clear_solutions_keep_signature_and_docstring():
         namespace["f"](1)
 
 
-@pytest.mark.parametrize(("source", "message"), [
-    ("### BEGIN SOLUTION\nx = 1", "without ### END"),
-    ("### END SOLUTION", "without ### BEGIN"),
-    ("### BEGIN SOLUTION\n### BEGIN SOLUTION", "nested"),
-])
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("### BEGIN SOLUTION\nx = 1", "without ### END"),
+        ("### END SOLUTION", "without ### BEGIN"),
+        ("### BEGIN SOLUTION\n### BEGIN SOLUTION", "nested"),
+    ],
+)
 def test_clear_solutions_rejects_broken_markers(source, message):
     with pytest.raises(ValueError, match=message):
         clear_solutions(source)
 
 
-def exercise_cells(answer='def f(x):\n    """Spec."""\n    return x',
-                   check='check_exercise("9.1", f)',
-                   label="ex-9-1", end="```{solution-end}\n```"):
+def exercise_cells(
+    answer='def f(x):\n    """Spec."""\n    return x',
+    check='check_exercise("9.1", f)',
+    label="ex-9-1",
+    end="```{solution-end}\n```",
+):
     md = lambda s: {"cell_type": "markdown", "metadata": {}, "source": s}  # noqa: E731
-    code = lambda s: {"cell_type": "code", "metadata": {}, "source": s,  # noqa: E731
-                      "outputs": [], "execution_count": None}
-    return {"cells": [
-        md(f":::{{exercise}} 9.1\n:label: {label}\n:nonumber:\n\nWrite `f(x)`.\n:::"),
-        md(f"```{{solution-start}} {label}\n:class: dropdown\n```\n\nBecause."),
-        code(answer), md(end), code(check)]}
+    code = lambda s: {
+        "cell_type": "code",
+        "metadata": {},
+        "source": s,  # noqa: E731
+        "outputs": [],
+        "execution_count": None,
+    }
+    return {
+        "cells": [
+            md(f":::{{exercise}} 9.1\n:label: {label}\n:nonumber:\n\nWrite `f(x)`.\n:::"),
+            md(f"```{{solution-start}} {label}\n:class: dropdown\n```\n\nBecause."),
+            code(answer),
+            md(end),
+            code(check),
+        ]
+    }
 
 
 def test_find_exercises_reads_the_layout():
     (ex,) = find_exercises(exercise_cells())
     assert (ex.id, ex.task, ex.solution, ex.answers, ex.end, ex.check, ex.functions) == (
-        "9.1", 0, 1, (2,), 3, 4, ("f",))
+        "9.1",
+        0,
+        1,
+        (2,),
+        3,
+        4,
+        ("f",),
+    )
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"answer": "x = 1"}, "only function definitions, found Assign"),
-    ({"answer": "def f(x):\n    return x"}, "needs a docstring"),
-    ({"answer": "def f(x:\n"}, "not valid Python"),
-    ({"check": 'check_exercise("9.2", f)'}, 'check_exercise\\("9.1"'),
-    ({"check": 'check_exercise("9.1", g)'}, "names \\('g',\\)"),
-    ({"check": "print(f(1))"}, "holds only"),
-    ({"end": "text"}, "solution-end"),
-    ({"label": "ex-9"}, "exactly one"),
-    ({"label": "ex-9-2"}, "exactly one"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"answer": "x = 1"}, "only function definitions, found Assign"),
+        ({"answer": "def f(x):\n    return x"}, "needs a docstring"),
+        ({"answer": "def f(x:\n"}, "not valid Python"),
+        ({"check": 'check_exercise("9.2", f)'}, 'check_exercise\\("9.1"'),
+        ({"check": 'check_exercise("9.1", g)'}, "names \\('g',\\)"),
+        ({"check": "print(f(1))"}, "holds only"),
+        ({"end": "text"}, "solution-end"),
+        ({"label": "ex-9"}, "exactly one"),
+        ({"label": "ex-9-2"}, "exactly one"),
+    ],
+)
 def test_find_exercises_names_what_is_wrong(kwargs, message):
     with pytest.raises(ValueError, match=message):
         find_exercises(exercise_cells(**kwargs), "nb.ipynb")
@@ -107,8 +135,9 @@ def test_find_exercises_names_what_is_wrong(kwargs, message):
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("assignment")
-    summary = assign.build_assignment(ROOT, NUMBERS, out, name="all", repo="me/course",
-                                      branch="spring", path="hw/all")
+    summary = assign.build_assignment(
+        ROOT, NUMBERS, out, name="all", repo="me/course", branch="spring", path="hw/all"
+    )
     return out, summary
 
 
@@ -137,14 +166,19 @@ def test_student_version_has_stubs_and_checks_but_no_solution(built, path):
 
     # outputs cleared, badge to the published student copy
     assert all(not c.get("outputs") for c in student["cells"] if c["cell_type"] == "code")
-    assert f"colab.research.google.com/github/me/course/blob/spring/hw/all/student/{path.name}" \
+    assert (
+        f"colab.research.google.com/github/me/course/blob/spring/hw/all/student/{path.name}"
         in text(student["cells"][0])
+    )
     assert "{solution-start}" not in s_text and "{solution-end}" not in s_text
     assert ":::{exercise}" not in s_text and BEGIN not in s_text
 
     # no solution text: the body lines of the answers and the written derivations are gone
-    shared = "\n".join(text(c) for i, c in enumerate(book["cells"])
-                       if not any(i in (e.solution, *e.answers) for e in exercises))
+    shared = "\n".join(
+        text(c)
+        for i, c in enumerate(book["cells"])
+        if not any(i in (e.solution, *e.answers) for e in exercises)
+    )
     for ex in exercises:
         assert f"**Exercise {ex.id}.**" in s_text
         assert f'check_exercise("{ex.id}"' in s_text
@@ -157,15 +191,18 @@ def test_student_version_has_stubs_and_checks_but_no_solution(built, path):
             lines = source.splitlines()
             for fn in tree.body:
                 for node in fn.body[1:]:
-                    for line in lines[node.lineno - 1:node.end_lineno]:
+                    for line in lines[node.lineno - 1 : node.end_lineno]:
                         line = line.strip()
                         if len(line) > 12 and line not in shared:
                             assert line not in s_text, f"{ex.id}: solution line leaks: {line}"
 
     # the student stubs are exactly the cleared instructor answers; the instructor answers,
     # without markers, are the book's answers
-    by_id = {c["metadata"]["nbgrader"]["grade_id"]: c for c in instructor["cells"]
-             if "nbgrader" in c["metadata"]}
+    by_id = {
+        c["metadata"]["nbgrader"]["grade_id"]: c
+        for c in instructor["cells"]
+        if "nbgrader" in c["metadata"]
+    }
     for cell in student["cells"]:
         meta = cell["metadata"].get("nbgrader")
         if not meta:
@@ -178,12 +215,16 @@ def test_student_version_has_stubs_and_checks_but_no_solution(built, path):
             assert STUB[1] in text(cell)
         else:
             assert meta["grade"] and meta["locked"] and meta["points"] == 1
-            assert master == f"{text(cell)}\n### BEGIN HIDDEN TESTS\n" \
+            assert (
+                master == f"{text(cell)}\n### BEGIN HIDDEN TESTS\n"
                 f"{text(cell)[:-1]}, strict=True)\n### END HIDDEN TESTS"
+            )
     answers = [text(book["cells"][i]) for ex in exercises for i in ex.answers]
-    unmarked = ["\n".join(ln for ln in text(c).splitlines() if ln.strip() not in (BEGIN, END))
-                for c in instructor["cells"]
-                if c["metadata"].get("nbgrader", {}).get("grade_id", "").count("-answer")]
+    unmarked = [
+        "\n".join(ln for ln in text(c).splitlines() if ln.strip() not in (BEGIN, END))
+        for c in instructor["cells"]
+        if c["metadata"].get("nbgrader", {}).get("grade_id", "").count("-answer")
+    ]
     assert unmarked == answers
 
 
@@ -196,15 +237,21 @@ def test_command_line(tmp_path, capsys):
     assert "no chapter [99]" in capsys.readouterr().err
     assert assign.main(["12", "--out", str(tmp_path), "--book", str(tmp_path)]) == 2
     assert "no chapters/ folder" in capsys.readouterr().err
-    assert assign.main(["12", "--name", "bad name", "--out", str(tmp_path),
-                        "--book", str(ROOT)]) == 2
+    assert (
+        assign.main(["12", "--name", "bad name", "--out", str(tmp_path), "--book", str(ROOT)]) == 2
+    )
 
 
 def test_python_dash_m_runs_cleanly(tmp_path):
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "mlbook.assign", "12", "--out", str(tmp_path)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "mlbook.teaching.assign", "12", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0 and result.stderr == "", result.stderr
     assert result.stdout.startswith("assignment ch12: 1 chapter(s)")

@@ -18,8 +18,8 @@ import pytest
 from exercise_support import ROOT
 from nbclient import NotebookClient
 
-from mlbook import assign
-from mlbook.assign import BEGIN, END
+from mlbook.teaching import assign
+from mlbook.teaching.assign import BEGIN, END
 
 CHAPTERS = sorted((ROOT / "chapters").glob("[0-9]*.ipynb"))
 
@@ -43,11 +43,17 @@ def test_student_version_runs_and_solutions_make_every_check_pass(tmp_path, path
     student_path = tmp_path / "student" / path.name
     nb = nbformat.read(student_path, as_version=4)
     master = json.loads((tmp_path / "instructor" / path.name).read_text(encoding="utf-8"))
-    solutions = {c["metadata"]["nbgrader"]["grade_id"]: unmarked(text(c))
-                 for c in master["cells"] if c["metadata"].get("nbgrader", {}).get("solution")
-                 and c["cell_type"] == "code"}
-    client = NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path / "student")}})
+    solutions = {
+        c["metadata"]["nbgrader"]["grade_id"]: unmarked(text(c))
+        for c in master["cells"]
+        if c["metadata"].get("nbgrader", {}).get("solution") and c["cell_type"] == "code"
+    }
+    client = NotebookClient(
+        nb,
+        timeout=300,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path / "student")}},
+    )
     checks = []
     with client.setup_kernel():
         for i, cell in enumerate(nb.cells):
@@ -56,8 +62,9 @@ def test_student_version_runs_and_solutions_make_every_check_pass(tmp_path, path
             if meta.get("grade") and cell.cell_type == "code":
                 checks.append(cell)
                 eid = meta["grade_id"][3:-6].replace("-", ".")
-                assert stream(cell).startswith(f"○ exercise {eid} — not attempted yet: "), \
-                    stream(cell)
+                assert stream(cell).startswith(f"○ exercise {eid} — not attempted yet: "), stream(
+                    cell
+                )
                 assert "NotImplementedError" in stream(cell)
         assert checks, f"{path.name}: no check cells"
         # put the reference solutions back, then run every check again
@@ -79,8 +86,14 @@ def nbgrader(*args, cwd):
     # nbgrader runs its database migrations with the `alembic` command: put the environment's
     # scripts on PATH, as an activated virtual environment would
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    result = subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=WARN"],
-                            cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [sys.executable, "-m", "nbgrader", *args, "--log-level=WARN"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     return result
 
@@ -88,8 +101,11 @@ def nbgrader(*args, cwd):
 def submission(release, source, name, edit=lambda grade_id, code: code):
     """A copy of the released notebook with the answers restored (and edited by ``edit``)."""
     nb = copy.deepcopy(release)
-    master = {c["metadata"]["nbgrader"]["grade_id"]: unmarked(text(c))
-              for c in source["cells"] if "nbgrader" in c["metadata"]}
+    master = {
+        c["metadata"]["nbgrader"]["grade_id"]: unmarked(text(c))
+        for c in source["cells"]
+        if "nbgrader" in c["metadata"]
+    }
     for cell in nb["cells"]:
         grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id", "")
         if "-answer" in grade_id:
@@ -108,8 +124,9 @@ def test_nbgrader_grades_submissions_with_the_bundle(tmp_path):
     for path in chapters:
         release = json.loads((course / "release" / "hw1" / path.name).read_text(encoding="utf-8"))
         ours = json.loads((tmp_path / "student" / path.name).read_text(encoding="utf-8"))
-        assert [text(c) for c in release["cells"]] == [text(c) for c in ours["cells"]], \
-            "nbgrader's release differs from mlbook.assign's student notebook"
+        assert [text(c) for c in release["cells"]] == [text(c) for c in ours["cells"]], (
+            "nbgrader's release differs from mlbook.teaching.assign's student notebook"
+        )
         source = json.loads((course / "source" / "hw1" / path.name).read_text(encoding="utf-8"))
 
         def partial(grade_id, code):

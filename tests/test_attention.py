@@ -1,4 +1,4 @@
-"""Unit tests of mlbook.attention against torch built-ins and float64 autograd (chapter 19)."""
+"""Unit tests of mlbook.attention.dot_product against torch built-ins and float64 autograd (chapter 19)."""
 
 import math
 
@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
-from mlbook import attention as at
+from mlbook.attention import dot_product as at
 
 # Tolerances per dtype: float64 agrees with torch's kernels to a few ulps; float32 to ~1e-6.
 TOL = {torch.float64: 1e-12, torch.float32: 2e-6}
@@ -19,9 +19,11 @@ def randn(*shape, dtype=torch.float64, seed=0):
 
 
 def qkv(B=2, H=3, T_q=5, T_k=7, d_k=4, d_v=6, dtype=torch.float64, seed=0):
-    return (randn(B, H, T_q, d_k, dtype=dtype, seed=seed),
-            randn(B, H, T_k, d_k, dtype=dtype, seed=seed + 1),
-            randn(B, H, T_k, d_v, dtype=dtype, seed=seed + 2))
+    return (
+        randn(B, H, T_q, d_k, dtype=dtype, seed=seed),
+        randn(B, H, T_k, d_k, dtype=dtype, seed=seed + 1),
+        randn(B, H, T_k, d_v, dtype=dtype, seed=seed + 2),
+    )
 
 
 def random_mask(shape, seed=0, keep_rows=True):
@@ -58,8 +60,9 @@ def test_causal_matches_torch_lower_right(T_q, T_k):
     torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
     assert (w[..., ~at.causal_mask(T_q, T_k)] == 0).all()
     if T_q == T_k:  # top-left and bottom-right agree for square masks
-        torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True),
-                                   atol=1e-12, rtol=0)
+        torch.testing.assert_close(
+            out, F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-12, rtol=0
+        )
 
 
 def test_causal_and_padding_masks():
@@ -70,8 +73,11 @@ def test_causal_and_padding_masks():
     assert not m[:2].any() and m[2:].any(-1).all()
     pm = at.padding_mask(torch.tensor([3, 1, 0]), 4)
     assert pm.shape == (3, 1, 4) and pm.dtype == torch.bool
-    assert pm[:, 0].tolist() == [[True, True, True, False], [True, False, False, False],
-                                 [False] * 4]
+    assert pm[:, 0].tolist() == [
+        [True, True, True, False],
+        [True, False, False, False],
+        [False] * 4,
+    ]
     assert torch.equal(at.padding_mask([3, 1, 0], 4), pm)
 
 
@@ -110,8 +116,9 @@ def test_fully_masked_rows_give_zeros_and_finite_gradients():
     mask = torch.tensor([[True, False, True, False], [False] * 4, [True] * 4])
     out, w = at.scaled_dot_product_attention(q, k, v, mask=mask)
     assert (out[..., 1, :] == 0).all() and (w[..., 1, :] == 0).all()
-    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
-                               atol=1e-12, rtol=0)
+    torch.testing.assert_close(
+        out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), atol=1e-12, rtol=0
+    )
     # The textbook formula gives nan in that row.
     s = (q @ k.transpose(-2, -1) / 2).masked_fill(~mask, float("-inf"))
     assert torch.isnan(torch.softmax(s, -1)[..., 1, :]).all()
@@ -134,8 +141,7 @@ def test_backward_matches_autograd_float64(kw):
     out, w = at.scaled_dot_product_attention(q, k, v, **kw)
     g = randn(*out.shape, seed=9)
     dq, dk, dv = torch.autograd.grad(out, (q, k, v), g)
-    mine = at.attention_backward(q.detach(), k.detach(), v.detach(), w.detach(), g,
-                                 kw.get("scale"))
+    mine = at.attention_backward(q.detach(), k.detach(), v.detach(), w.detach(), g, kw.get("scale"))
     for a, b in zip(mine, (dq, dk, dv), strict=True):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
 
@@ -157,9 +163,11 @@ def test_gradcheck():
     q, k, v = (x.requires_grad_() for x in qkv(B=1, H=2, T_q=3, T_k=4, d_k=3, d_v=2))
     mask = random_mask((1, 2, 3, 4), keep_rows=False)
     assert torch.autograd.gradcheck(
-        lambda a, b, c: at.scaled_dot_product_attention(a, b, c, mask=mask)[0], (q, k, v))
+        lambda a, b, c: at.scaled_dot_product_attention(a, b, c, mask=mask)[0], (q, k, v)
+    )
     assert torch.autograd.gradgradcheck(
-        lambda a, b, c: at.scaled_dot_product_attention(a, b, c, is_causal=True)[0], (q, k, v))
+        lambda a, b, c: at.scaled_dot_product_attention(a, b, c, is_causal=True)[0], (q, k, v)
+    )
 
 
 # --- bad input -----------------------------------------------------------------------------------
@@ -235,8 +243,9 @@ def test_attention_grid_draws_and_validates():
     from mlbook import viz
 
     maps = torch.softmax(randn(5, 4, 4), -1).numpy()
-    fig, axes = viz.attention_grid(maps, labels=list("abcd"), ncols=3, highlight=1,
-                                   highlight_row=2, title="heads")
+    fig, axes = viz.attention_grid(
+        maps, labels=list("abcd"), ncols=3, highlight=1, highlight_row=2, title="heads"
+    )
     assert axes.shape == (2, 3) and not axes[1, 2].get_visible()
     assert [t.get_text() for t in axes[0, 0].get_yticklabels()] == list("abcd")
     assert axes[0, 1].spines["top"].get_visible()  # the highlighted panel is framed

@@ -1,4 +1,4 @@
-"""mlbook.autodiff against independent references: torch.autograd in float64,
+"""mlbook.foundations.autodiff against independent references: torch.autograd in float64,
 torch.autograd.functional, central differences, closed forms, and the recursive topological sort."""
 
 import math
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from mlbook import autodiff as ad
+from mlbook.foundations import autodiff as ad
 
 # float64 everywhere: the engines and torch evaluate the same operations in a possibly different
 # association order, so agreement is to a few ulps of the gradient's magnitude.
@@ -56,13 +56,15 @@ def test_dual_jvp_matches_central_differences_and_torch_func():
     wt = torch.tensor(w)
     _, ref = torch.autograd.functional.jvp(  # double-backward trick, float64
         lambda t: torch.tanh(wt @ t) * (t * t).sum() + (wt @ t.exp()) / 3.0,
-        torch.tensor(u), torch.tensor(u_dot))
+        torch.tensor(u),
+        torch.tensor(u_dot),
+    )
     assert _rel_err(tangent, ref.numpy()) < RTOL64
 
 
 def test_dual_scalar_ops_and_constants():
     x = ad.Dual(0.7, 1.0)
-    y = 2.0 / x - 3.0 + (x ** 3) * 4.0 - x.relu() + (-x).relu()
+    y = 2.0 / x - 3.0 + (x**3) * 4.0 - x.relu() + (-x).relu()
     # d/dx of 2/x - 3 + 4x^3 - relu(x) + relu(-x) at x = 0.7 (relu(-x) is flat there)
     assert y.tangent == pytest.approx(-2 / 0.49 + 12 * 0.49 - 1.0, abs=1e-13)
     assert (x.log().tangent, x.exp().tangent) == pytest.approx((1 / 0.7, math.exp(0.7)))
@@ -79,7 +81,8 @@ def test_jacobians_forward_reverse_and_torch_agree():
     j_fwd, j_rev = ad.jacobian_forward(f, u), ad.jacobian_reverse(f, u)
     w1t, w2t = torch.tensor(w1), torch.tensor(w2)
     j_ref = torch.autograd.functional.jacobian(
-        lambda t: w2t @ (w1t @ t).tanh() + t[0] * t[2], torch.tensor(u)).numpy()
+        lambda t: w2t @ (w1t @ t).tanh() + t[0] * t[2], torch.tensor(u)
+    ).numpy()
     assert j_fwd.shape == j_rev.shape == (2, 3)
     assert _rel_err(j_fwd, j_ref) < RTOL64
     assert _rel_err(j_rev, j_ref) < RTOL64
@@ -205,8 +208,9 @@ def test_vjp_seed_and_sum_axis():
     v_bar = rng.normal(size=4)
     t.exp().sum(axis=0).backward(v_bar)
     np.testing.assert_allclose(t.grad, np.exp(m) * v_bar[None, :], rtol=1e-15)
-    np.testing.assert_array_equal(ad.vjp_sum(np.arange(3.0), (3, 2), axis=1),
-                                  [[0, 0], [1, 1], [2, 2]])
+    np.testing.assert_array_equal(
+        ad.vjp_sum(np.arange(3.0), (3, 2), axis=1), [[0, 0], [1, 1], [2, 2]]
+    )
 
 
 def test_topological_orders_agree_and_iterative_survives_depth():
@@ -340,11 +344,14 @@ def test_dual_arrays_matmul_pow_div_against_torch():
     a, w = rng.normal(size=(3, 4)), rng.normal(size=(4, 2))
     a_dot, w_dot = rng.normal(size=(3, 4)), rng.normal(size=(4, 2))
     out = (ad.Dual(a, a_dot) @ ad.Dual(w, w_dot)).tanh() ** 3 / 2.0 + 1.0 / (
-        ad.Dual(a, a_dot).exp().sum() + 1.0)
+        ad.Dual(a, a_dot).exp().sum() + 1.0
+    )
     at, wt = torch.tensor(a), torch.tensor(w)
     _, ref = torch.autograd.functional.jvp(
         lambda x, y: (x @ y).tanh() ** 3 / 2.0 + 1.0 / (x.exp().sum() + 1.0),
-        (at, wt), (torch.tensor(a_dot), torch.tensor(w_dot)))
+        (at, wt),
+        (torch.tensor(a_dot), torch.tensor(w_dot)),
+    )
     assert out.tangent.shape == (3, 2)
     assert _rel_err(out.tangent, ref.numpy()) < RTOL64
 

@@ -22,7 +22,7 @@ import booktools  # noqa: E402
 import make_formula_index  # noqa: E402
 import sync_colab  # noqa: E402
 
-from mlbook.assign import find_exercises  # noqa: E402
+from mlbook.teaching.assign import find_exercises  # noqa: E402
 
 IGNORE_RE = re.compile(r"^\s*#+\s*NBVAL_IGNORE_OUTPUT\s*$", re.M)  # exactly as nbval reads it
 IMPORT_RE = re.compile(r"^\s*(from\s+mlbook[\s.]|import\s+mlbook\b)", re.M)
@@ -102,8 +102,13 @@ def notebook_problems(path: Path) -> list[str]:
         if IGNORE_RE.search(cell_text(c)):
             continue
         for o in c.outputs:
-            text = o.get("text", "") if o.output_type == "stream" else o.get("data", {}).get(
-                "text/plain", "") if o.output_type == "execute_result" else ""
+            text = (
+                o.get("text", "")
+                if o.output_type == "stream"
+                else o.get("data", {}).get("text/plain", "")
+                if o.output_type == "execute_result"
+                else ""
+            )
             raw = unrounded_floats(text if isinstance(text, str) else "".join(text))
             if raw:
                 problems.append(f"unrounded float output {raw[0]} (round printed numbers)")
@@ -138,7 +143,7 @@ def notebook_problems(path: Path) -> list[str]:
     if ids and uncited:
         problems.append("summary does not cite " + ", ".join(uncited))
 
-    # Exercises: at least three, in the self-checking layout of mlbook.assign (task, folded
+    # Exercises: at least three, in the self-checking layout of mlbook.teaching.assign (task, folded
     # written solution, answer cells of functions only, check cell), each check printing a pass.
     if len(EXERCISE_RE.findall(md)) < 3:
         problems.append(f"{len(EXERCISE_RE.findall(md))} exercises (need at least 3)")
@@ -171,13 +176,17 @@ def test_toc_lists_exactly_the_notebooks_that_exist():
     for e in entries:
         assert (ROOT / f"{e}.ipynb").exists() or (ROOT / f"{e}.md").exists(), f"toc lists {e}"
     assert len(entries) == len(set(entries)), "toc lists a file twice"
-    on_disk = {p.relative_to(ROOT).with_suffix("").as_posix()
-               for folder in ("chapters", "appendix") for p in (ROOT / folder).glob("*")
-               if p.suffix in (".ipynb", ".md")}
+    on_disk = {
+        p.relative_to(ROOT).with_suffix("").as_posix()
+        for folder in ("chapters", "appendix")
+        for p in (ROOT / folder).glob("*")
+        if p.suffix in (".ipynb", ".md")
+    }
     assert on_disk <= set(entries), f"not in _toc.yml: {sorted(on_disk - set(entries))}"
     for e in entries[1:]:
         assert booktools.NOTEBOOK_RE.match(e) or e in MARKDOWN_PAGES | GUIDE_PAGES, (
-            f"{e}: chapters are chapters/NN_slug, appendices appendix/x_slug")
+            f"{e}: chapters are chapters/NN_slug, appendices appendix/x_slug"
+        )
 
 
 def test_toc_parts_mirror_the_sheets():
@@ -197,7 +206,8 @@ def test_toc_parts_mirror_the_sheets():
                 assert ch["file"].startswith("appendix/"), ch["file"]
                 continue
             assert m and int(m.group(1)) in PARTS[part["caption"]], (
-                f"{ch['file']} does not belong to part {part['caption']}")
+                f"{ch['file']} does not belong to part {part['caption']}"
+            )
             numbers.append(int(m.group(1)))
         assert numbers == sorted(numbers), f"chapters of {part['caption']} out of order"
 
@@ -227,9 +237,13 @@ def test_appendix_e_is_up_to_date():
 def test_appendix_e_links_every_labelled_equation():
     text = make_formula_index.OUT.read_text(encoding="utf-8")
     for nb in NOTEBOOKS:
-        for label in LABEL_RE.findall("\n".join(
-                cell_text(c) for c in nbformat.read(nb, as_version=4).cells
-                if c.cell_type == "markdown")):
+        for label in LABEL_RE.findall(
+            "\n".join(
+                cell_text(c)
+                for c in nbformat.read(nb, as_version=4).cells
+                if c.cell_type == "markdown"
+            )
+        ):
             assert f"{{eq}}`{label}`" in text, f"Appendix E does not link {label}"
 
 
@@ -258,25 +272,12 @@ def test_checker_finds_real_defects(tmp_path):
     finally:
         booktools.ROOT = orig_root
     text = "\n".join(problems)
-    for expected in ("never executed", "no stored outputs", "no figure", "eq-6-3",
-                     "the check of exercise 6.1 does not print a pass",
-                     "an answer cell of exercise 6.1 was not executed"):
+    for expected in (
+        "never executed",
+        "no stored outputs",
+        "no figure",
+        "eq-6-3",
+        "the check of exercise 6.1 does not print a pass",
+        "an answer cell of exercise 6.1 was not executed",
+    ):
         assert expected in text, f"checker missed: {expected}\n{text}"
-
-
-def test_shared_audit_agrees():
-    audit = ROOT.parent / "shared" / "tools" / "audit_book.py"
-    if not audit.exists():
-        pytest.skip("the reference audit ../shared/tools/audit_book.py is not beside this checkout")
-    res = subprocess.run([sys.executable, str(audit), "--json"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
-    report = json.loads(res.stdout)
-    ours = {p.relative_to(ROOT).as_posix(): notebook_problems(p) for p in NOTEBOOKS
-            if booktools.sheet_key(p) is not None}
-    for row in report["rows"]:
-        if row["notebook"] in ours:
-            # Ours is at least as strict: whatever the audit finds, this file finds too.
-            assert not row["problems"] or ours[row["notebook"]], (
-                f"{row['notebook']}: audit says {row['problems']}, this file finds nothing")
-        else:
-            assert "not in _toc.yml" in row["problems"]

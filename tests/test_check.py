@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mlbook.check import (
+from mlbook.teaching.check import (
     CheckFailed,
     as_numpy,
     check_close,

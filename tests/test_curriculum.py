@@ -1,4 +1,4 @@
-"""Tests of mlbook.curriculum on small synthetic chapter notebooks written to tmp_path."""
+"""Tests of mlbook.teaching.curriculum on small synthetic chapter notebooks written to tmp_path."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mlbook import curriculum as cu
+from mlbook.teaching import curriculum as cu
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,16 +35,34 @@ EQ = "$$\na = b\n$$ (eq-{n}-{k})\n"
 @pytest.fixture
 def book(tmp_path):
     """Chapters 1 <- 2 <- 3, 1 <- 3 (redundant), 1 <- 4; 5 stands alone."""
-    write(tmp_path, "01_one.ipynb", header(1, "One", "nothing earlier."),
-          [EQ.format(n=1, k=1), EQ.format(n=1, k=2), EX.format(n=1, k=1)])
-    write(tmp_path, "02_two.ipynb",
-          header(2, "Two & More", "[chapter 1](01_one.ipynb) and calculus.",
-                 "about 45 minutes to read; 10 seconds to run."),
-          [EX.format(n=2, k=1) + "\n" + EX.format(n=2, k=2), EQ.format(n=2, k=1)])
-    write(tmp_path, "03_three.ipynb",
-          header(3, "Three", "[chapter 2](02_two.ipynb) (which builds on\n"
-                             "[chapter\n1](01_one.ipynb#section)); a [paper](https://x.org)."),
-          ["See [chapter 5](05_five.ipynb) for more, which is not a prerequisite."])
+    write(
+        tmp_path,
+        "01_one.ipynb",
+        header(1, "One", "nothing earlier."),
+        [EQ.format(n=1, k=1), EQ.format(n=1, k=2), EX.format(n=1, k=1)],
+    )
+    write(
+        tmp_path,
+        "02_two.ipynb",
+        header(
+            2,
+            "Two & More",
+            "[chapter 1](01_one.ipynb) and calculus.",
+            "about 45 minutes to read; 10 seconds to run.",
+        ),
+        [EX.format(n=2, k=1) + "\n" + EX.format(n=2, k=2), EQ.format(n=2, k=1)],
+    )
+    write(
+        tmp_path,
+        "03_three.ipynb",
+        header(
+            3,
+            "Three",
+            "[chapter 2](02_two.ipynb) (which builds on\n"
+            "[chapter\n1](01_one.ipynb#section)); a [paper](https://x.org).",
+        ),
+        ["See [chapter 5](05_five.ipynb) for more, which is not a prerequisite."],
+    )
     write(tmp_path, "04_four.ipynb", header(4, "Four", "[chapter 1](01_one.ipynb).", None))
     write(tmp_path, "05_five.ipynb", header(5, "Five", "none.", "an afternoon."))
     return tmp_path
@@ -106,8 +124,7 @@ def test_topological_order_is_not_just_numeric(tmp_path):
 
 def test_cycle_raises_and_names_it(book):
     chapters = cu.read_chapters(book)
-    looped = [dataclasses.replace(c, prerequisites=(3,)) if c.number == 1 else c
-              for c in chapters]
+    looped = [dataclasses.replace(c, prerequisites=(3,)) if c.number == 1 else c for c in chapters]
     with pytest.raises(ValueError, match=r"prerequisite cycle: 1 -> 3 -> 1$"):
         cu.topological_order(looped)
     three = [dataclasses.replace(c, prerequisites=(2,)) if c.number == 3 else c for c in looped]
@@ -115,8 +132,14 @@ def test_cycle_raises_and_names_it(book):
         cu.topological_order(three)
     with pytest.raises(ValueError, match="cycle"):
         cu.prerequisite_closure(looped, 4)
-    two = [dataclasses.replace(c, prerequisites=(5,)) if c.number == 4 else
-           dataclasses.replace(c, prerequisites=(4,)) if c.number == 5 else c for c in chapters]
+    two = [
+        dataclasses.replace(c, prerequisites=(5,))
+        if c.number == 4
+        else dataclasses.replace(c, prerequisites=(4,))
+        if c.number == 5
+        else c
+        for c in chapters
+    ]
     with pytest.raises(ValueError, match=r"prerequisite cycle: 4 -> 5 -> 4"):
         cu.topological_order(two)
 
@@ -132,15 +155,18 @@ def test_layered_layout_is_deterministic_and_layered(book):
         cu.layered_layout(chapters, spacing=0)
 
 
-@pytest.mark.parametrize("name, head, match", [
-    ("1_one.ipynb", header(1, "One", "none."), "NN_slug"),
-    ("01_one.ipynb", "# One\n\n**Prerequisites**: none.", "# NN · Title"),
-    ("01_one.ipynb", header(2, "One", "none."), "file name"),
-    ("01_one.ipynb", "# 01 · One\n\nNo prerequisites stated.", "Prerequisites"),
-    ("02_two.ipynb", header(2, "Two", "[chapter 3](01_one.ipynb)."), "says chapter 3"),
-    ("02_two.ipynb", header(2, "Two", "[chapter 2](02_two.ipynb)."), "itself"),
-    ("02_two.ipynb", header(2, "Two", "a.") + "\n\n**Prerequisites**: b.", "2 '\\*\\*Prereq"),
-])
+@pytest.mark.parametrize(
+    "name, head, match",
+    [
+        ("1_one.ipynb", header(1, "One", "none."), "NN_slug"),
+        ("01_one.ipynb", "# One\n\n**Prerequisites**: none.", "# NN · Title"),
+        ("01_one.ipynb", header(2, "One", "none."), "file name"),
+        ("01_one.ipynb", "# 01 · One\n\nNo prerequisites stated.", "Prerequisites"),
+        ("02_two.ipynb", header(2, "Two", "[chapter 3](01_one.ipynb)."), "says chapter 3"),
+        ("02_two.ipynb", header(2, "Two", "[chapter 2](02_two.ipynb)."), "itself"),
+        ("02_two.ipynb", header(2, "Two", "a.") + "\n\n**Prerequisites**: b.", "2 '\\*\\*Prereq"),
+    ],
+)
 def test_malformed_headers_raise(tmp_path, name, head, match):
     with pytest.raises(ValueError, match=match):
         cu.read_chapter(write(tmp_path, name, head))

@@ -1,4 +1,4 @@
-"""mlbook.dropout against closed-form moments and torch's F.dropout scaling."""
+"""mlbook.nn.dropout against closed-form moments and torch's F.dropout scaling."""
 
 import math
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mlbook import dropout as dr
+from mlbook.nn import dropout as dr
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""mlbook.embedding against independent references: F.embedding, F.one_hot products, autograd in
+"""mlbook.language.embedding against independent references: F.embedding, F.one_hot products, autograd in
 float64, gradcheck, and torch's own tied nn.Embedding / nn.Linear."""
 
 import pytest
@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mlbook import embedding as emb
+from mlbook.language import embedding as emb
 
 TOL = {torch.float64: 1e-12, torch.float32: 1e-5}
 
@@ -30,16 +30,16 @@ def test_lookup_equals_one_hot_product_and_f_embedding(gen, dtype):
 def test_scatter_add_gradient_matches_autograd_with_repeats(gen, dtype):
     V, d = 20, 5
     E = torch.randn(V, d, generator=gen, dtype=dtype, requires_grad=True)
-    ids = torch.tensor([[3, 7, 3, 3], [0, 7, 19, 3]])         # repeated ids on purpose
+    ids = torch.tensor([[3, 7, 3, 3], [0, 7, 19, 3]])  # repeated ids on purpose
     G = torch.randn(2, 4, d, generator=gen, dtype=dtype)
     (F.embedding(ids, E) * G).sum().backward()
     tol = TOL[dtype]
     torch.testing.assert_close(emb.embedding_grad(G, ids, V), E.grad, atol=tol, rtol=0)
     torch.testing.assert_close(emb.embedding_grad_naive(G, ids, V), E.grad, atol=tol, rtol=0)
-    one_hot = F.one_hot(ids.reshape(-1), V).to(dtype)          # (N, V)
+    one_hot = F.one_hot(ids.reshape(-1), V).to(dtype)  # (N, V)
     torch.testing.assert_close(E.grad, one_hot.T @ G.reshape(-1, d), atol=tol, rtol=0)
     wrong = torch.zeros(V, d, dtype=dtype)
-    wrong[ids.reshape(-1)] = G.reshape(-1, d)                  # assignment drops repeats
+    wrong[ids.reshape(-1)] = G.reshape(-1, d)  # assignment drops repeats
     assert (wrong - E.grad).abs().max() > 0.1
 
 
@@ -64,7 +64,7 @@ def test_tied_logits_and_both_gradient_contributions(gen, dtype):
     targets = torch.randint(0, V, (T,), generator=gen)
     ref_emb = nn.Embedding(V, d, dtype=dtype)
     head = nn.Linear(d, V, bias=False, dtype=dtype)
-    head.weight = ref_emb.weight                                  # torch's own weight tying
+    head.weight = ref_emb.weight  # torch's own weight tying
     h = torch.tanh(ref_emb(ids) @ W)
     z = head(h)
     torch.testing.assert_close(emb.tied_logits(h, ref_emb.weight), z, atol=TOL[dtype], rtol=0)
@@ -81,7 +81,7 @@ def test_tied_logits_and_both_gradient_contributions(gen, dtype):
     g_out = emb.tied_output_grad(h, grad_z)
     tol = 10 * TOL[dtype]
     torch.testing.assert_close(g_in + g_out, ref_emb.weight.grad, atol=tol, rtol=0)
-    assert (g_out - ref_emb.weight.grad).abs().max() > 1e-3       # neither part alone
+    assert (g_out - ref_emb.weight.grad).abs().max() > 1e-3  # neither part alone
     assert (g_in - ref_emb.weight.grad).abs().max() > 1e-3
 
 

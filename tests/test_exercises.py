@@ -9,8 +9,8 @@ import pytest
 import torch
 from exercise_support import ROOT, reference, reference_passes
 
-from mlbook.assign import find_exercises
-from mlbook.exercises import (
+from mlbook.teaching.assign import find_exercises
+from mlbook.teaching.exercises import (
     Incorrect,
     NotAttempted,
     as_int,
@@ -94,7 +94,7 @@ def test_bad_calls_raise_clear_errors():
 
 
 def test_a_missing_package_of_a_check_is_named(monkeypatch):
-    import mlbook.exercises as ex
+    import mlbook.teaching.exercises as ex
 
     def needs_a_package(f):
         import package_that_is_not_installed  # noqa: F401

@@ -127,26 +127,32 @@ def var_without_sigma(sigma2, rho, n):
 
 
 WRONG = {
-    "6.1": [(posterior_last_only, "only the last result counts"),
-            (posterior_product_of_posteriors, "the prior entered once per result"),
-            (posterior_unnormalised, "not normalised"),
-            (posterior_product_at_once, "underflows")],
-    "6.2": [((score_flipped, ref_gradient), "sign is flipped"),
-            ((score_one_hot, ref_gradient), "the - p term is missing"),
-            ((score_transposed, ref_gradient), "transpose"),
-            ((score_diagonal_only, ref_gradient), "diagonal term"),
-            ((ref_score, gradient_sum), "that is the sum over the samples"),
-            ((ref_score, gradient_without_reward), "the reward is missing"),
-            ((ref_score, gradient_without_baseline), "the - p term of the score is missing")],
-    "6.3": [((draws_rho_coefficient, ref_var), "coefficient of Z"),
-            ((draws_z_per_entry, ref_var), "draws are uncorrelated"),
-            ((draws_one_z, ref_var), "one Z for all rows"),
-            ((draws_global_rng, ref_var), "from `generator`"),
-            ((draws_transposed, ref_var), "looks transposed"),
-            ((ref_draws, var_independent), "rule for independent draws"),
-            ((ref_draws, var_of_sum_over_n), "that is Var[sum X_i] / n"),
-            ((ref_draws, var_n_squared_pairs), "not n^2"),
-            ((ref_draws, var_without_sigma), "factor sigma^2 is missing")],
+    "6.1": [
+        (posterior_last_only, "only the last result counts"),
+        (posterior_product_of_posteriors, "the prior entered once per result"),
+        (posterior_unnormalised, "not normalised"),
+        (posterior_product_at_once, "underflows"),
+    ],
+    "6.2": [
+        ((score_flipped, ref_gradient), "sign is flipped"),
+        ((score_one_hot, ref_gradient), "the - p term is missing"),
+        ((score_transposed, ref_gradient), "transpose"),
+        ((score_diagonal_only, ref_gradient), "diagonal term"),
+        ((ref_score, gradient_sum), "that is the sum over the samples"),
+        ((ref_score, gradient_without_reward), "the reward is missing"),
+        ((ref_score, gradient_without_baseline), "the - p term of the score is missing"),
+    ],
+    "6.3": [
+        ((draws_rho_coefficient, ref_var), "coefficient of Z"),
+        ((draws_z_per_entry, ref_var), "draws are uncorrelated"),
+        ((draws_one_z, ref_var), "one Z for all rows"),
+        ((draws_global_rng, ref_var), "from `generator`"),
+        ((draws_transposed, ref_var), "looks transposed"),
+        ((ref_draws, var_independent), "rule for independent draws"),
+        ((ref_draws, var_of_sum_over_n), "that is Var[sum X_i] / n"),
+        ((ref_draws, var_n_squared_pairs), "not n^2"),
+        ((ref_draws, var_without_sigma), "factor sigma^2 is missing"),
+    ],
 }
 
 

@@ -132,8 +132,9 @@ def table_at_centres(rho, h):
 def table_unit_conditional_sd(rho, h):
     edges = np.linspace(-6, 6, round(12 / h) + 1)
     c = (edges[:-1] + edges[1:]) / 2
-    return np.diff(stats.norm.cdf(edges)) [:, None] * np.diff(
-        stats.norm.cdf(edges[None, :] - rho * c[:, None]), axis=1)
+    return np.diff(stats.norm.cdf(edges))[:, None] * np.diff(
+        stats.norm.cdf(edges[None, :] - rho * c[:, None]), axis=1
+    )
 
 
 def information_bits(table, h):
@@ -152,31 +153,39 @@ def information_joint_entropy(table, h):
 
 
 WRONG = {
-    "7.1": [((given_each_y_bits, ref_surprising), "that is in bits"),
-            ((given_each_x, ref_surprising), "that is H(Y | X = x)"),
-            ((given_each_y_unnormalised, ref_surprising), "divided by p(y)"),
-            ((given_each_y_weighted, ref_surprising), "the terms of the average H(X | Y)"),
-            ((given_each_y_naive_log, ref_surprising), "t log t -> 0"),
-            ((ref_given_each_y, independent_joint), "no column y has H(X | Y = y) > H(X)"),
-            ((ref_given_each_y, transposed_joint), "looks transposed")],
-    "7.2": [((plugin_bits, ref_bias), "that is in bits"),
-            ((plugin_joint_entropy, ref_bias), "that is the joint entropy"),
-            ((plugin_without_joint, ref_bias), "H(X, Y) must be subtracted"),
-            ((ref_plugin, bias_without_half), "the factor 1/2 is missing"),
-            ((ref_plugin, bias_cells_as_dof), "not K_x K_y"),
-            ((ref_plugin, bias_goodness_of_fit_dof), "K_x K_y - 1 degrees of freedom")],
-    "7.3": [(moments_unbiased, "that is KL(q || p) itself"),
-            (moments_bias_quarter, "not mu^4 / 4"),
-            (moments_without_quarter, "the factor 1/4 is missing"),
-            (moments_centred, "the term 4 m^2 s^2 of Var[u^2] is missing"),
-            (moments_std, "that is the standard deviation")],
-    "7.4": [((table_independent, ref_information), "product of its marginals"),
-            ((table_sign_flipped, ref_information), "the sign of rho is flipped"),
-            ((table_at_centres, ref_information), "too crude"),
-            ((table_unit_conditional_sd, ref_information), "standard deviation sqrt(1 - rho^2)"),
-            ((ref_table, information_bits), "that is in bits"),
-            ((ref_table, information_without_log_h), "log h is missing"),
-            ((ref_table, information_joint_entropy), "that uses the joint H(X, Y)")],
+    "7.1": [
+        ((given_each_y_bits, ref_surprising), "that is in bits"),
+        ((given_each_x, ref_surprising), "that is H(Y | X = x)"),
+        ((given_each_y_unnormalised, ref_surprising), "divided by p(y)"),
+        ((given_each_y_weighted, ref_surprising), "the terms of the average H(X | Y)"),
+        ((given_each_y_naive_log, ref_surprising), "t log t -> 0"),
+        ((ref_given_each_y, independent_joint), "no column y has H(X | Y = y) > H(X)"),
+        ((ref_given_each_y, transposed_joint), "looks transposed"),
+    ],
+    "7.2": [
+        ((plugin_bits, ref_bias), "that is in bits"),
+        ((plugin_joint_entropy, ref_bias), "that is the joint entropy"),
+        ((plugin_without_joint, ref_bias), "H(X, Y) must be subtracted"),
+        ((ref_plugin, bias_without_half), "the factor 1/2 is missing"),
+        ((ref_plugin, bias_cells_as_dof), "not K_x K_y"),
+        ((ref_plugin, bias_goodness_of_fit_dof), "K_x K_y - 1 degrees of freedom"),
+    ],
+    "7.3": [
+        (moments_unbiased, "that is KL(q || p) itself"),
+        (moments_bias_quarter, "not mu^4 / 4"),
+        (moments_without_quarter, "the factor 1/4 is missing"),
+        (moments_centred, "the term 4 m^2 s^2 of Var[u^2] is missing"),
+        (moments_std, "that is the standard deviation"),
+    ],
+    "7.4": [
+        ((table_independent, ref_information), "product of its marginals"),
+        ((table_sign_flipped, ref_information), "the sign of rho is flipped"),
+        ((table_at_centres, ref_information), "too crude"),
+        ((table_unit_conditional_sd, ref_information), "standard deviation sqrt(1 - rho^2)"),
+        ((ref_table, information_bits), "that is in bits"),
+        ((ref_table, information_without_log_h), "log h is missing"),
+        ((ref_table, information_joint_entropy), "that uses the joint H(X, Y)"),
+    ],
 }
 
 

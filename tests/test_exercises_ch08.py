@@ -122,8 +122,9 @@ def size_normal_approximation(n, pi_disc, alpha):
 
 
 def size_one_sided(n, pi_disc, alpha):
-    return _size_by_rule(n, pi_disc, lambda n10, d: stats.binom.cdf(np.minimum(n10, d - n10), d,
-                                                                     0.5) <= alpha)
+    return _size_by_rule(
+        n, pi_disc, lambda n10, d: stats.binom.cdf(np.minimum(n10, d - n10), d, 0.5) <= alpha
+    )
 
 
 def size_fixed_d(n, pi_disc, alpha):
@@ -151,31 +152,37 @@ def familywise_without_bonferroni(n, pi_disc, alpha, m, bonferroni):
 
 
 WRONG = {
-    "8.1": [((upper_rule_of_three, ref_wilson), "rule of three"),
-            ((upper_log_alpha, ref_wilson), "rule of three"),
-            ((upper_without_one_minus, ref_wilson), "that is 1 - p_u"),
-            ((upper_one_minus_alpha, ref_wilson), "not 1 - alpha"),
-            ((upper_two_sided, ref_wilson), "two-sided bound"),
-            ((upper_wald, ref_wilson), "Wald interval's end"),
-            ((ref_upper, wilson_without_z2), "the + z^2 in the denominator is missing"),
-            ((ref_upper, wilson_centre), "centre of the Wilson interval"),
-            ((ref_upper, wilson_z_not_squared), "z must be squared")],
-    "8.2": [((paired_without_delta, ref_independent), "subtract delta^2"),
-            ((ref_independent, ref_independent), "that ignores the pairing"),
-            ((paired_rounded_down, ref_independent), "round up"),
-            ((paired_bernoulli, ref_independent), "not delta (1 - delta)"),
-            ((paired_unsquared, ref_independent), "enter squared"),
-            ((ref_paired, independent_as_paired), "do not share their noise"),
-            ((ref_paired, independent_averaged), "do not average them"),
-            ((ref_paired, independent_one_model), "its own variance")],
-    "8.3": [((size_nominal, ref_familywise), "the exact test is discrete"),
-            ((size_normal_approximation, ref_familywise), "normal-approximation test"),
-            ((size_one_sided, ref_familywise), "double the smaller tail"),
-            ((size_fixed_d, ref_familywise), "D is random"),
-            ((ref_size, familywise_union_bound), "union bound"),
-            ((ref_size, familywise_nominal), "not the nominal level"),
-            ((ref_size, familywise_one_test), "that is the error of one test"),
-            ((ref_size, familywise_without_bonferroni), "each test runs at alpha / m")],
+    "8.1": [
+        ((upper_rule_of_three, ref_wilson), "rule of three"),
+        ((upper_log_alpha, ref_wilson), "rule of three"),
+        ((upper_without_one_minus, ref_wilson), "that is 1 - p_u"),
+        ((upper_one_minus_alpha, ref_wilson), "not 1 - alpha"),
+        ((upper_two_sided, ref_wilson), "two-sided bound"),
+        ((upper_wald, ref_wilson), "Wald interval's end"),
+        ((ref_upper, wilson_without_z2), "the + z^2 in the denominator is missing"),
+        ((ref_upper, wilson_centre), "centre of the Wilson interval"),
+        ((ref_upper, wilson_z_not_squared), "z must be squared"),
+    ],
+    "8.2": [
+        ((paired_without_delta, ref_independent), "subtract delta^2"),
+        ((ref_independent, ref_independent), "that ignores the pairing"),
+        ((paired_rounded_down, ref_independent), "round up"),
+        ((paired_bernoulli, ref_independent), "not delta (1 - delta)"),
+        ((paired_unsquared, ref_independent), "enter squared"),
+        ((ref_paired, independent_as_paired), "do not share their noise"),
+        ((ref_paired, independent_averaged), "do not average them"),
+        ((ref_paired, independent_one_model), "its own variance"),
+    ],
+    "8.3": [
+        ((size_nominal, ref_familywise), "the exact test is discrete"),
+        ((size_normal_approximation, ref_familywise), "normal-approximation test"),
+        ((size_one_sided, ref_familywise), "double the smaller tail"),
+        ((size_fixed_d, ref_familywise), "D is random"),
+        ((ref_size, familywise_union_bound), "union bound"),
+        ((ref_size, familywise_nominal), "not the nominal level"),
+        ((ref_size, familywise_one_test), "that is the error of one test"),
+        ((ref_size, familywise_without_bonferroni), "each test runs at alpha / m"),
+    ],
 }
 
 

@@ -7,7 +7,7 @@ import torch
 from exercise_support import cases, reference, rejected
 from scipy.optimize import linprog
 
-from mlbook import linear_models as lm
+from mlbook.foundations import linear_models as lm
 
 
 def _ref(eid, name):
@@ -18,29 +18,38 @@ def _ref(eid, name):
 def ridge(*args):
     return _ref("9.1", "ridge")(*args)
 
+
 def select_l2(*args):
     return _ref("9.1", "select_l2")(*args)
+
 
 def contraction_factor(*args):
     return _ref("9.2", "contraction_factor")(*args)
 
+
 def slowest_direction(*args):
     return _ref("9.2", "slowest_direction")(*args)
+
 
 def distance_ratio(*args):
     return _ref("9.2", "distance_ratio")(*args)
 
+
 def with_singular_values(*args):
     return _ref("9.3", "with_singular_values")(*args)
+
 
 def gram_condition(*args):
     return _ref("9.3", "gram_condition")(*args)
 
+
 def solver_errors(*args):
     return _ref("9.3", "solver_errors")(*args)
 
+
 def early_stopping(*args):
     return _ref("9.4", "early_stopping")(*args)
+
 
 def is_separable(*args):
     return _ref("9.4", "is_separable")(*args)
@@ -175,8 +184,12 @@ def errors_swapped(X, theta_star):
 
 def errors_of_residual(X, theta_star):
     y = X @ theta_star
-    return torch.stack([(X @ lm.normal_equations(X, y) - y).norm() / y.norm(),
-                        (X @ lm.least_squares_qr(X, y) - y).norm() / y.norm()])
+    return torch.stack(
+        [
+            (X @ lm.normal_equations(X, y) - y).norm() / y.norm(),
+            (X @ lm.least_squares_qr(X, y) - y).norm() / y.norm(),
+        ]
+    )
 
 
 # --- 9.4 ------------------------------------------------------------------------------------------
@@ -184,8 +197,12 @@ def errors_of_residual(X, theta_star):
 
 def _path(X_tr, y_tr, steps, lr_scale=1.0):
     L = float(torch.linalg.eigvalsh(X_tr.T @ X_tr).max()) / (4 * X_tr.shape[0])
-    return lm.gradient_descent(lambda w: lm.bce_grad(w, X_tr, y_tr),
-                               torch.zeros(X_tr.shape[1], dtype=X_tr.dtype), lr_scale / L, steps)
+    return lm.gradient_descent(
+        lambda w: lm.bce_grad(w, X_tr, y_tr),
+        torch.zeros(X_tr.shape[1], dtype=X_tr.dtype),
+        lr_scale / L,
+        steps,
+    )
 
 
 def stop_on_training(X_tr, y_tr, X_va, y_va, checkpoints):
@@ -213,49 +230,62 @@ def stop_index(X_tr, y_tr, X_va, y_va, checkpoints):
 
 def separable_default_bounds(X, y):
     signs = (2 * y - 1).numpy()[:, None]
-    lp = linprog(np.zeros(X.shape[1]), A_ub=-signs * X.numpy(), b_ub=-np.ones(X.shape[0]),
-                 method="highs")  # bounds default to w >= 0
+    lp = linprog(
+        np.zeros(X.shape[1]), A_ub=-signs * X.numpy(), b_ub=-np.ones(X.shape[0]), method="highs"
+    )  # bounds default to w >= 0
     return bool(lp.status == 0)
 
 
 def separable_without_labels(X, y):
-    lp = linprog(np.zeros(X.shape[1]), A_ub=-X.numpy(), b_ub=-np.ones(X.shape[0]),
-                 bounds=(None, None), method="highs")
+    lp = linprog(
+        np.zeros(X.shape[1]),
+        A_ub=-X.numpy(),
+        b_ub=-np.ones(X.shape[0]),
+        bounds=(None, None),
+        method="highs",
+    )
     return bool(lp.status == 0)
 
 
 WRONG = {
-    "9.1": [((ridge_without_n, select_l2), "missing the factor N"),
-            ((ridge_half, select_l2), "the factor 2 is off"),
-            ((ridge_by_pinv, select_l2), "plain least squares"),
-            ((ridge, select_leaky), "training AND validation rows"),
-            ((ridge, select_uncentred), "the targets are not centred"),
-            ((ridge, select_on_training), "these are training MSEs"),
-            ((ridge, select_index), "the index of the best strength"),
-            ((ridge, select_single), "should return a pair")],
-    "9.2": [((rho_no_abs, slowest_direction, distance_ratio), "the absolute value is missing"),
-            ((rho_top_only, slowest_direction, distance_ratio), "only lambda_max counts"),
-            ((contraction_factor, slowest_row, distance_ratio), "ROW of the eigenvector matrix"),
-            ((contraction_factor, slowest_no_abs, distance_ratio), "without the absolute value"),
-            ((contraction_factor, slowest_always_top, distance_ratio),
-             "largest |1 - eta lambda_i|"),
-            ((contraction_factor, slowest_direction, ratio_upside_down), "upside down"),
-            ((contraction_factor, slowest_direction, ratio_off_by_one), "off by one")],
-    "9.3": [((sv_squared, gram_condition, solver_errors), "came out squared"),
-            ((sv_transposed, gram_condition, solver_errors), "looks transposed"),
-            ((sv_padded, gram_condition, solver_errors), "mostly zeros"),
-            ((sv_global_seed, gram_condition, solver_errors), "another seed must give another"),
-            ((with_singular_values, cond_not_squared, solver_errors), "that is cond(X)"),
-            ((with_singular_values, cond_of_gram, solver_errors), "forming X^T X"),
-            ((with_singular_values, gram_condition, errors_absolute), "absolute errors"),
-            ((with_singular_values, gram_condition, errors_swapped), "order is swapped"),
-            ((with_singular_values, gram_condition, errors_of_residual), "relative residuals")],
-    "9.4": [((stop_on_training, is_separable), "these are the training losses"),
-            ((stop_one_early, is_separable), "one step early"),
-            ((stop_without_quarter, is_separable), "4 times too small"),
-            ((stop_index, is_separable), "position of the best checkpoint"),
-            ((early_stopping, separable_default_bounds), "default bounds"),
-            ((early_stopping, separable_without_labels), "signs 2 y_i - 1")],
+    "9.1": [
+        ((ridge_without_n, select_l2), "missing the factor N"),
+        ((ridge_half, select_l2), "the factor 2 is off"),
+        ((ridge_by_pinv, select_l2), "plain least squares"),
+        ((ridge, select_leaky), "training AND validation rows"),
+        ((ridge, select_uncentred), "the targets are not centred"),
+        ((ridge, select_on_training), "these are training MSEs"),
+        ((ridge, select_index), "the index of the best strength"),
+        ((ridge, select_single), "should return a pair"),
+    ],
+    "9.2": [
+        ((rho_no_abs, slowest_direction, distance_ratio), "the absolute value is missing"),
+        ((rho_top_only, slowest_direction, distance_ratio), "only lambda_max counts"),
+        ((contraction_factor, slowest_row, distance_ratio), "ROW of the eigenvector matrix"),
+        ((contraction_factor, slowest_no_abs, distance_ratio), "without the absolute value"),
+        ((contraction_factor, slowest_always_top, distance_ratio), "largest |1 - eta lambda_i|"),
+        ((contraction_factor, slowest_direction, ratio_upside_down), "upside down"),
+        ((contraction_factor, slowest_direction, ratio_off_by_one), "off by one"),
+    ],
+    "9.3": [
+        ((sv_squared, gram_condition, solver_errors), "came out squared"),
+        ((sv_transposed, gram_condition, solver_errors), "looks transposed"),
+        ((sv_padded, gram_condition, solver_errors), "mostly zeros"),
+        ((sv_global_seed, gram_condition, solver_errors), "another seed must give another"),
+        ((with_singular_values, cond_not_squared, solver_errors), "that is cond(X)"),
+        ((with_singular_values, cond_of_gram, solver_errors), "forming X^T X"),
+        ((with_singular_values, gram_condition, errors_absolute), "absolute errors"),
+        ((with_singular_values, gram_condition, errors_swapped), "order is swapped"),
+        ((with_singular_values, gram_condition, errors_of_residual), "relative residuals"),
+    ],
+    "9.4": [
+        ((stop_on_training, is_separable), "these are the training losses"),
+        ((stop_one_early, is_separable), "one step early"),
+        ((stop_without_quarter, is_separable), "4 times too small"),
+        ((stop_index, is_separable), "position of the best checkpoint"),
+        ((early_stopping, separable_default_bounds), "default bounds"),
+        ((early_stopping, separable_without_labels), "signs 2 y_i - 1"),
+    ],
 }
 
 

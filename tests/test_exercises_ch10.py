@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from exercise_support import cases, reference, rejected
 
-from mlbook import autodiff as ad
+from mlbook.foundations import autodiff as ad
 
 
 def _ref(eid, name):
@@ -80,7 +80,7 @@ def vjp_naive_exp(z, s_bar):
 
 def vjp_with_jacobian(z, s_bar):
     s = _softmax(z)
-    jacobians = [np.diag(si) - np.outer(si, si) for si in s]      # B x (K, K)
+    jacobians = [np.diag(si) - np.outer(si, si) for si in s]  # B x (K, K)
     return np.stack([sb @ J for sb, J in zip(s_bar, jacobians, strict=True)])
 
 
@@ -125,18 +125,29 @@ def iterate_value(y, w, L):
 
 
 WRONG = {
-    "10.1": [(div_sign_flipped, "sign is flipped"), (div_one_y_missing, "one factor 1/y"),
-             (div_product_rule, "rule for a product"), (div_not_unbroadcast, "ad.unbroadcast"),
-             (div_swapped, "swapped")],
-    "10.2": [(vjp_without_inner, "-<s_bar, s> s is missing"), (vjp_sum_of_s_bar, "not sum(s_bar)"),
-             (vjp_of_log_softmax, "VJP of log-softmax"), (vjp_batch_axis, "over the batch axis"),
-             (vjp_naive_exp, "nan or inf"), (vjp_with_jacobian, "formed a K x K matrix")],
-    "10.3": [((derivative_with_y_k, iterate_tanh), "NEXT iterate"),
-             ((derivative_without_w, iterate_tanh), "the factor w is missing"),
-             ((chain_derivative, iterate_math_tanh), "use the node's own `.tanh()`"),
-             ((chain_derivative, iterate_one_short), "one iteration short"),
-             ((chain_derivative, iterate_w_outside), "not w tanh(y)"),
-             ((chain_derivative, iterate_value), "return the node, not its value")],
+    "10.1": [
+        (div_sign_flipped, "sign is flipped"),
+        (div_one_y_missing, "one factor 1/y"),
+        (div_product_rule, "rule for a product"),
+        (div_not_unbroadcast, "ad.unbroadcast"),
+        (div_swapped, "swapped"),
+    ],
+    "10.2": [
+        (vjp_without_inner, "-<s_bar, s> s is missing"),
+        (vjp_sum_of_s_bar, "not sum(s_bar)"),
+        (vjp_of_log_softmax, "VJP of log-softmax"),
+        (vjp_batch_axis, "over the batch axis"),
+        (vjp_naive_exp, "nan or inf"),
+        (vjp_with_jacobian, "formed a K x K matrix"),
+    ],
+    "10.3": [
+        ((derivative_with_y_k, iterate_tanh), "NEXT iterate"),
+        ((derivative_without_w, iterate_tanh), "the factor w is missing"),
+        ((chain_derivative, iterate_math_tanh), "use the node's own `.tanh()`"),
+        ((chain_derivative, iterate_one_short), "one iteration short"),
+        ((chain_derivative, iterate_w_outside), "not w tanh(y)"),
+        ((chain_derivative, iterate_value), "return the node, not its value"),
+    ],
 }
 
 

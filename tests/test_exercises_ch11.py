@@ -8,7 +8,7 @@ import torch
 from exercise_support import cases, reference, rejected
 from scipy import optimize
 
-from mlbook import activations as act
+from mlbook.nn import activations as act
 
 
 def _ref(eid, name):
@@ -105,8 +105,12 @@ def minimax_published(x):
 
 
 def minimax_by_mse(x):
-    res = optimize.minimize_scalar(lambda c: float((_err(c, x) ** 2).mean()), bounds=(0.03, 0.06),
-                                   method="bounded", options={"xatol": 1e-9})
+    res = optimize.minimize_scalar(
+        lambda c: float((_err(c, x) ** 2).mean()),
+        bounds=(0.03, 0.06),
+        method="bounded",
+        options={"xatol": 1e-9},
+    )
     return float(res.x)
 
 
@@ -130,8 +134,7 @@ def backward_swapped(X, W, V, W2, G):
 
 def backward_sigmoid_as_silu_grad(X, W, V, W2, G):
     U, B, dH = _parts(X, W, V, W2, G)
-    return (X.T @ (dH * B * act.sigmoid(U)), X.T @ (dH * act.silu(U)),
-            (act.silu(U) * B).T @ G)
+    return (X.T @ (dH * B * act.sigmoid(U)), X.T @ (dH * act.silu(U)), (act.silu(U) * B).T @ G)
 
 
 def backward_without_silu_grad(X, W, V, W2, G):
@@ -168,29 +171,37 @@ def grad_of_x(x, beta):
 
 
 WRONG = {
-    "11.1": [((tanh_half_argument, tanh_grad_from_sigmoid), "tanh(x/2)"),
-             ((tanh_without_minus_one, tanh_grad_from_sigmoid), "the -1 is missing"),
-             ((tanh_from_sigmoid, tanh_grad_missing_inner), "inner derivative 2"),
-             ((tanh_from_sigmoid, tanh_grad_at_x), "it belongs at 2x"),
-             ((tanh_in_float64, tanh_grad_from_sigmoid), "dtype torch.float32")],
-    "11.2": [((constants_phi0, gelu_tanh_max_error, minimax_c), "a = 2 phi(0)"),
-             ((constants_b_not_c, gelu_tanh_max_error, minimax_c), "c is b"),
-             ((constants_without_third, gelu_tanh_max_error, minimax_c), "the 1/3 is missing"),
-             ((gelu_taylor_constants, max_error_mean, minimax_c), "mean absolute error"),
-             ((gelu_taylor_constants, max_error_signed, minimax_c), "absolute value is missing"),
-             ((gelu_taylor_constants, max_error_vs_tanh_form, minimax_c), "not the tanh"),
-             ((gelu_taylor_constants, gelu_tanh_max_error, minimax_published), "published"),
-             ((gelu_taylor_constants, gelu_tanh_max_error, minimax_by_mse),
-              "mean squared error")],
-    "11.3": [(backward_transposed_dW2, "looks transposed"), (backward_swapped, "swapped"),
-             (backward_sigmoid_as_silu_grad, "not sigma(u) alone"),
-             (backward_without_silu_grad, "SiLU' is missing"),
-             (backward_without_value, "the value path B is missing")],
-    "11.4": [((softplus_without_inverse_beta, softplus_beta_grad), "1/beta is missing"),
-             ((softplus_of_x, softplus_beta_grad), "not softplus(x) / beta"),
-             ((softplus_naive, softplus_beta_grad), "nan or inf"),
-             ((softplus_beta, grad_times_beta), "not beta sigma(beta x)"),
-             ((softplus_beta, grad_of_x), "not sigma(x)")],
+    "11.1": [
+        ((tanh_half_argument, tanh_grad_from_sigmoid), "tanh(x/2)"),
+        ((tanh_without_minus_one, tanh_grad_from_sigmoid), "the -1 is missing"),
+        ((tanh_from_sigmoid, tanh_grad_missing_inner), "inner derivative 2"),
+        ((tanh_from_sigmoid, tanh_grad_at_x), "it belongs at 2x"),
+        ((tanh_in_float64, tanh_grad_from_sigmoid), "dtype torch.float32"),
+    ],
+    "11.2": [
+        ((constants_phi0, gelu_tanh_max_error, minimax_c), "a = 2 phi(0)"),
+        ((constants_b_not_c, gelu_tanh_max_error, minimax_c), "c is b"),
+        ((constants_without_third, gelu_tanh_max_error, minimax_c), "the 1/3 is missing"),
+        ((gelu_taylor_constants, max_error_mean, minimax_c), "mean absolute error"),
+        ((gelu_taylor_constants, max_error_signed, minimax_c), "absolute value is missing"),
+        ((gelu_taylor_constants, max_error_vs_tanh_form, minimax_c), "not the tanh"),
+        ((gelu_taylor_constants, gelu_tanh_max_error, minimax_published), "published"),
+        ((gelu_taylor_constants, gelu_tanh_max_error, minimax_by_mse), "mean squared error"),
+    ],
+    "11.3": [
+        (backward_transposed_dW2, "looks transposed"),
+        (backward_swapped, "swapped"),
+        (backward_sigmoid_as_silu_grad, "not sigma(u) alone"),
+        (backward_without_silu_grad, "SiLU' is missing"),
+        (backward_without_value, "the value path B is missing"),
+    ],
+    "11.4": [
+        ((softplus_without_inverse_beta, softplus_beta_grad), "1/beta is missing"),
+        ((softplus_of_x, softplus_beta_grad), "not softplus(x) / beta"),
+        ((softplus_naive, softplus_beta_grad), "nan or inf"),
+        ((softplus_beta, grad_times_beta), "not beta sigma(beta x)"),
+        ((softplus_beta, grad_of_x), "not sigma(x)"),
+    ],
 }
 
 

@@ -59,12 +59,23 @@ def jac_vector(z):
 
 
 WRONG = {
-    "12.1": [(slope_flipped, "sign is flipped"), (slope_without_beta, "missing the factor β"),
-             (slope_in_T, "that is dH/dT"), (slope_plain_variance, "mean under p")],
-    "12.2": [(bce_naive, "nan or inf"), (bce_swapped, "classes are swapped"),
-             (bce_mean, "that is the mean over the batch")],
-    "12.3": [(jac_transposed, "transpose"), (jac_of_softmax, "Jacobian of softmax"),
-             (jac_without_identity, "identity is missing"), (jac_vector, "shape (6, 6)")],
+    "12.1": [
+        (slope_flipped, "sign is flipped"),
+        (slope_without_beta, "missing the factor β"),
+        (slope_in_T, "that is dH/dT"),
+        (slope_plain_variance, "mean under p"),
+    ],
+    "12.2": [
+        (bce_naive, "nan or inf"),
+        (bce_swapped, "classes are swapped"),
+        (bce_mean, "that is the mean over the batch"),
+    ],
+    "12.3": [
+        (jac_transposed, "transpose"),
+        (jac_of_softmax, "Jacobian of softmax"),
+        (jac_without_identity, "identity is missing"),
+        (jac_vector, "shape (6, 6)"),
+    ],
 }
 
 

@@ -142,7 +142,7 @@ def moments_tensor(weights, means, sds):
 
 
 def profile_forward(x, log_p, mus, sigmas):
-    from mlbook import losses as L
+    from mlbook.nn import losses as L
 
     _, _, table = L.fit_gaussian_kl(x, log_p, mus, sigmas, "forward")
     return table.min(dim=0).values
@@ -153,7 +153,7 @@ def profile_without_dx(x, log_p, mus, sigmas):
 
 
 def profile_mean_over_sigma(x, log_p, mus, sigmas):
-    from mlbook import losses as L
+    from mlbook.nn import losses as L
 
     _, _, table = L.fit_gaussian_kl(x, log_p, mus, sigmas, "reverse")
     return table.mean(dim=0)
@@ -168,34 +168,39 @@ def ref_profile(x, log_p, mus, sigmas):
 
 
 WRONG = {
-    "13.1": [((pinball_swapped, ref_minimiser), "τ and 1 - τ are swapped"),
-             ((pinball_min_not_max, ref_minimiser), "max, not min"),
-             ((pinball_symmetric, ref_minimiser), "both sides are weighted by τ"),
-             ((ref_pinball_loss, minimiser_interpolated),
-              "interpolates between data points"),
-             ((ref_pinball_loss, minimiser_index),
-              "that is the index j"),
-             ((ref_pinball_loss, minimiser_median),
-              "that is the median")],
-    "13.2": [(focal_grad_in_zt, "multiply by s = 2y - 1"),
-             (focal_grad_no_gamma_term, "differentiating (1 - p_t)^γ is missing"),
-             (focal_grad_alpha_swapped, "α_t is swapped"),
-             (focal_grad_naive_log, "nan or inf")],
-    "13.3": [((student_grad_without_T, ref_distil), "misses the factor T"),
-             ((student_grad_T_squared, ref_distil), "has T² where it needs T"),
-             ((student_grad_soft_ce, ref_distil), "cross-entropy is taken at T = 1"),
-             ((student_grad_mean, ref_distil), "summed over the batch"),
-             ((student_grad_lam_swapped, ref_distil), "λ and 1 - λ are swapped"),
-             ((ref_student_grad, distil_ascent), "ascent, not descent"),
-             ((ref_student_grad, distil_one_more), "one step too many"),
-             ((ref_student_grad, distil_without_T), "misses the factor T")],
-    "13.4": [((moments_between_only, ref_profile), "spread within the components"),
-             ((moments_variance, ref_profile), "the variance"),
-             ((moments_mean_sd, ref_profile), "weighted mean of the component sds"),
-             ((moments_tensor, ref_profile), "should return a pair (mean, sd)"),
-             ((ref_moments, profile_forward), "that is the forward KL"),
-             ((ref_moments, profile_without_dx), "grid spacing dx"),
-             ((ref_moments, profile_mean_over_sigma), "minimum over σ")],
+    "13.1": [
+        ((pinball_swapped, ref_minimiser), "τ and 1 - τ are swapped"),
+        ((pinball_min_not_max, ref_minimiser), "max, not min"),
+        ((pinball_symmetric, ref_minimiser), "both sides are weighted by τ"),
+        ((ref_pinball_loss, minimiser_interpolated), "interpolates between data points"),
+        ((ref_pinball_loss, minimiser_index), "that is the index j"),
+        ((ref_pinball_loss, minimiser_median), "that is the median"),
+    ],
+    "13.2": [
+        (focal_grad_in_zt, "multiply by s = 2y - 1"),
+        (focal_grad_no_gamma_term, "differentiating (1 - p_t)^γ is missing"),
+        (focal_grad_alpha_swapped, "α_t is swapped"),
+        (focal_grad_naive_log, "nan or inf"),
+    ],
+    "13.3": [
+        ((student_grad_without_T, ref_distil), "misses the factor T"),
+        ((student_grad_T_squared, ref_distil), "has T² where it needs T"),
+        ((student_grad_soft_ce, ref_distil), "cross-entropy is taken at T = 1"),
+        ((student_grad_mean, ref_distil), "summed over the batch"),
+        ((student_grad_lam_swapped, ref_distil), "λ and 1 - λ are swapped"),
+        ((ref_student_grad, distil_ascent), "ascent, not descent"),
+        ((ref_student_grad, distil_one_more), "one step too many"),
+        ((ref_student_grad, distil_without_T), "misses the factor T"),
+    ],
+    "13.4": [
+        ((moments_between_only, ref_profile), "spread within the components"),
+        ((moments_variance, ref_profile), "the variance"),
+        ((moments_mean_sd, ref_profile), "weighted mean of the component sds"),
+        ((moments_tensor, ref_profile), "should return a pair (mean, sd)"),
+        ((ref_moments, profile_forward), "that is the forward KL"),
+        ((ref_moments, profile_without_dx), "grid spacing dx"),
+        ((ref_moments, profile_mean_over_sigma), "minimum over σ"),
+    ],
 }
 
 

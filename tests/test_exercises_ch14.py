@@ -5,7 +5,7 @@ import pytest
 import torch
 from exercise_support import cases, reference, rejected
 
-from mlbook import mlp
+from mlbook.nn import mlp
 
 XOR_X = torch.tensor([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
 XOR_Y = torch.tensor([0, 1, 1, 0])
@@ -123,7 +123,7 @@ def measured_not_normalised(widths, scheme, x, generator):
 def measured_std_ratio(widths, scheme, x, generator):
     layers = mlp.init_layers(widths, scheme, generator=generator)
     out, _ = mlp.deep_forward(x, layers, activation="linear")
-    return (out.pow(2).mean().sqrt() / x.pow(2).mean().sqrt()).item()   # RMS ratio
+    return (out.pow(2).mean().sqrt() / x.pow(2).mean().sqrt()).item()  # RMS ratio
 
 
 # --- 14.4
@@ -156,28 +156,36 @@ def pieces_ignores_output_weight(params, lo, hi):
 
 
 WRONG = {
-    "14.1": [(input_grad_no_mask, "ReLU mask is missing"),
-             (input_grad_summed, "summed loss"),
-             (input_grad_flipped, "sign is flipped"),
-             (input_grad_not_transposed, "raised RuntimeError")],
-    "14.2": [((train_xor_untrained, ref_solves_xor), "starting weights"),
-             ((train_xor_small_lr, ref_solves_xor), "learning rate is 1.0"),
-             ((train_xor_299, ref_solves_xor), "one step too few"),
-             ((ref_train_xor, solves_xor_accuracy), "that is the accuracy"),
-             ((ref_train_xor, solves_xor_any), "one right corner is not enough"),
-             ((ref_train_xor, solves_xor_majority), "a majority of corners"),
-             ((ref_train_xor, solves_xor_string), "should return True or False")],
-    "14.3": [((predicted_fan_out, ref_measured), "not n_out Var[w]"),
-             ((predicted_std, ref_measured), "factor of the standard deviation"),
-             ((predicted_first_layer, ref_measured), "first layer only"),
-             ((ref_predicted, measured_with_relu), "no ReLU"),
-             ((ref_predicted, measured_not_normalised), "divide by the mean of x²"),
-             ((ref_predicted, measured_std_ratio), "ratio of standard deviations")],
-    "14.4": [(pieces_all_units, "count only the kinks inside"),
-             (pieces_kinks_only, "the pieces are one more"),
-             (pieces_sign_flipped, "-b/w, not b/w"),
-             (pieces_counts_shared_twice, "sharing the kink"),
-             (pieces_ignores_output_weight, "output weight 0")],
+    "14.1": [
+        (input_grad_no_mask, "ReLU mask is missing"),
+        (input_grad_summed, "summed loss"),
+        (input_grad_flipped, "sign is flipped"),
+        (input_grad_not_transposed, "raised RuntimeError"),
+    ],
+    "14.2": [
+        ((train_xor_untrained, ref_solves_xor), "starting weights"),
+        ((train_xor_small_lr, ref_solves_xor), "learning rate is 1.0"),
+        ((train_xor_299, ref_solves_xor), "one step too few"),
+        ((ref_train_xor, solves_xor_accuracy), "that is the accuracy"),
+        ((ref_train_xor, solves_xor_any), "one right corner is not enough"),
+        ((ref_train_xor, solves_xor_majority), "a majority of corners"),
+        ((ref_train_xor, solves_xor_string), "should return True or False"),
+    ],
+    "14.3": [
+        ((predicted_fan_out, ref_measured), "not n_out Var[w]"),
+        ((predicted_std, ref_measured), "factor of the standard deviation"),
+        ((predicted_first_layer, ref_measured), "first layer only"),
+        ((ref_predicted, measured_with_relu), "no ReLU"),
+        ((ref_predicted, measured_not_normalised), "divide by the mean of x²"),
+        ((ref_predicted, measured_std_ratio), "ratio of standard deviations"),
+    ],
+    "14.4": [
+        (pieces_all_units, "count only the kinks inside"),
+        (pieces_kinks_only, "the pieces are one more"),
+        (pieces_sign_flipped, "-b/w, not b/w"),
+        (pieces_counts_shared_twice, "sharing the kink"),
+        (pieces_ignores_output_weight, "output weight 0"),
+    ],
 }
 
 

@@ -92,12 +92,13 @@ def first_step_sgd(g, lr, eps):
 
 
 def run_uncorrected(grad_fn, theta0, lr, steps, eps):
-    from mlbook import optim as opt
+    from mlbook.nn import optim as opt
 
     theta, m, v, path = theta0, torch.zeros_like(theta0), torch.zeros_like(theta0), [theta0]
     for t in range(1, steps + 1):
-        theta, m, v = opt.adamw_step(theta, m, v, grad_fn(theta), t, lr=lr, eps=eps,
-                                     bias_correction=False)
+        theta, m, v = opt.adamw_step(
+            theta, m, v, grad_fn(theta), t, lr=lr, eps=eps, bias_correction=False
+        )
         path.append(theta)
     return torch.stack(path)
 
@@ -137,26 +138,32 @@ def path_without_start(grad_fn, theta0, lrs, beta):
 
 
 WRONG = {
-    "15.1": [((matrix_transposed, ref_limit), "this is the transpose"),
-             ((matrix_plus_beta, ref_limit), "the sign of β"),
-             ((matrix_without_theta, ref_limit), "the term θ_t itself is missing"),
-             ((matrix_rows_swapped, ref_limit), "the rows are swapped"),
-             ((matrix_numpy_list, ref_limit), "should be a number or a tensor"),
-             ((ref_matrix, limit_gd), "limit of plain gradient descent"),
-             ((ref_matrix, limit_one_minus_beta), "not 1 - β"),
-             ((ref_matrix, limit_no_two), "the factor 2 is missing"),
-             ((ref_matrix, limit_times_lam), "divide by λ")],
-    "15.2": [((first_step_uncorrected, ref_run), "without the bias correction"),
-             ((first_step_ascent, ref_run), "the sign is flipped"),
-             ((first_step_eps_inside, ref_run), "not inside the square root"),
-             ((first_step_sign, ref_run), "that is -lr sign(g)"),
-             ((first_step_sgd, ref_run), "plain SGD step"),
-             ((ref_first_step, run_uncorrected), "without the bias correction"),
-             ((ref_first_step, run_without_start), "the first row must be theta0"),
-             ((ref_first_step, run_ascent), "this climbs the loss")],
-    "15.3": [(path_sheet, "that is the sheet's convention"),
-             (path_ratio_inverted, "the ratio is upside down"),
-             (path_without_start, "the first row must be theta0")],
+    "15.1": [
+        ((matrix_transposed, ref_limit), "this is the transpose"),
+        ((matrix_plus_beta, ref_limit), "the sign of β"),
+        ((matrix_without_theta, ref_limit), "the term θ_t itself is missing"),
+        ((matrix_rows_swapped, ref_limit), "the rows are swapped"),
+        ((matrix_numpy_list, ref_limit), "should be a number or a tensor"),
+        ((ref_matrix, limit_gd), "limit of plain gradient descent"),
+        ((ref_matrix, limit_one_minus_beta), "not 1 - β"),
+        ((ref_matrix, limit_no_two), "the factor 2 is missing"),
+        ((ref_matrix, limit_times_lam), "divide by λ"),
+    ],
+    "15.2": [
+        ((first_step_uncorrected, ref_run), "without the bias correction"),
+        ((first_step_ascent, ref_run), "the sign is flipped"),
+        ((first_step_eps_inside, ref_run), "not inside the square root"),
+        ((first_step_sign, ref_run), "that is -lr sign(g)"),
+        ((first_step_sgd, ref_run), "plain SGD step"),
+        ((ref_first_step, run_uncorrected), "without the bias correction"),
+        ((ref_first_step, run_without_start), "the first row must be theta0"),
+        ((ref_first_step, run_ascent), "this climbs the loss"),
+    ],
+    "15.3": [
+        (path_sheet, "that is the sheet's convention"),
+        (path_ratio_inverted, "the ratio is upside down"),
+        (path_without_start, "the first row must be theta0"),
+    ],
 }
 
 

@@ -25,8 +25,10 @@ def _grad(W, X, y, S, normalise, divide=True, reduction="mean"):
 
 def _norm(kind):
     if kind == "layer":
-        return lambda X: (X - X.mean(1, keepdim=True)) / torch.sqrt(
-            X.var(1, unbiased=False, keepdim=True) + 1e-5)
+        return lambda X: (
+            (X - X.mean(1, keepdim=True))
+            / torch.sqrt(X.var(1, unbiased=False, keepdim=True) + 1e-5)
+        )
     return lambda X: (X - X.mean(0)) / torch.sqrt(X.var(0, unbiased=False) + 1e-5)
 
 
@@ -69,8 +71,12 @@ def sr_truncate(x, g):
 
 def sr_coin_flip(x, g):
     down = sr_truncate(x, g)
-    up = torch.nextafter(down.to(torch.bfloat16), torch.where(
-        x >= 0, torch.tensor(float("inf")), torch.tensor(float("-inf"))).to(torch.bfloat16)).float()
+    up = torch.nextafter(
+        down.to(torch.bfloat16),
+        torch.where(x >= 0, torch.tensor(float("inf")), torch.tensor(float("-inf"))).to(
+            torch.bfloat16
+        ),
+    ).float()
     exact = down == x
     coin = torch.rand(x.shape, generator=g) < 0.5
     return torch.where(exact | ~coin, down, up)
@@ -80,7 +86,7 @@ def sr_swapped(x, g):
     bits = x.view(torch.int32)
     low = bits & (2**16 - 1)
     noise = torch.randint(0, 2**16, x.shape, generator=g, dtype=torch.int32)
-    carry = (low > 0) & (noise < 2**16 - low)                 # probability 1 - low / 2^16
+    carry = (low > 0) & (noise < 2**16 - low)  # probability 1 - low / 2^16
     return ((bits & -(2**16)) + carry.int() * 2**16).view(torch.float32)
 
 
@@ -130,26 +136,32 @@ def moments_single_tensor(w, x, p):
 
 
 WRONG = {
-    "16.1": [(acc_no_division, "missing the division by S"),
-             (acc_full_batch_statistics, "that is the full-batch gradient"),
-             (acc_unbiased_batch_variance, "biased variance"),
-             (acc_axes_swapped, "normalised over the wrong axis"),
-             (acc_sum_loss, "not the sum"),
-             (acc_no_norm, "normalisation layer is missing")],
-    "16.2": [(sr_round_to_nearest, "that is round-to-nearest"),
-             (sr_truncate, "that is truncation"),
-             (sr_coin_flip, "not 1/2"),
-             (sr_swapped, "probabilities are swapped"),
-             (sr_half_noise, "all 2^16 values"),
-             (sr_bfloat16_dtype, "should return float32"),
-             (sr_no_rounding, "not bfloat16 numbers")],
-    "16.3": [(moments_scaled_mean, "the mean is unchanged"),
-             (moments_not_inverted, "lacks the inverted scaling"),
-             (moments_keep_probability, "p is the drop probability"),
-             (moments_correlated, "variances of the units add"),
-             (moments_weights_not_squared, "weights enter squared"),
-             (moments_eval_mode, "evaluation mode"),
-             (moments_single_tensor, "should return a pair (mean, var)")],
+    "16.1": [
+        (acc_no_division, "missing the division by S"),
+        (acc_full_batch_statistics, "that is the full-batch gradient"),
+        (acc_unbiased_batch_variance, "biased variance"),
+        (acc_axes_swapped, "normalised over the wrong axis"),
+        (acc_sum_loss, "not the sum"),
+        (acc_no_norm, "normalisation layer is missing"),
+    ],
+    "16.2": [
+        (sr_round_to_nearest, "that is round-to-nearest"),
+        (sr_truncate, "that is truncation"),
+        (sr_coin_flip, "not 1/2"),
+        (sr_swapped, "probabilities are swapped"),
+        (sr_half_noise, "all 2^16 values"),
+        (sr_bfloat16_dtype, "should return float32"),
+        (sr_no_rounding, "not bfloat16 numbers"),
+    ],
+    "16.3": [
+        (moments_scaled_mean, "the mean is unchanged"),
+        (moments_not_inverted, "lacks the inverted scaling"),
+        (moments_keep_probability, "p is the drop probability"),
+        (moments_correlated, "variances of the units add"),
+        (moments_weights_not_squared, "weights enter squared"),
+        (moments_eval_mode, "evaluation mode"),
+        (moments_single_tensor, "should return a pair (mean, var)"),
+    ],
 }
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from exercise_support import cases, reference, rejected
 
-from mlbook import tokenizer as tok
+from mlbook.language import tokenizer as tok
 
 
 def _ref(eid, name):
@@ -65,28 +65,33 @@ def stream_joined(vocab, ids):
     return "".join(stream(vocab, ids))
 
 
-WRONG_17_1 = [((invalid_single_bytes_only, stream), "merged tokens can be invalid too"),
-              ((invalid_non_ascii, stream), "is valid UTF-8"),
-              ((invalid_by_replacement_char, stream), "U+FFFD is a valid character"),
-              ((invalid_count, stream), "should return a list"),
-              ((invalid, stream_replace), "hold them back until the character is complete"),
-              ((invalid, stream_ignore), "disappear"),
-              ((invalid, stream_hold_whole_buffer), "hold back only the incomplete one"),
-              ((invalid, stream_joined), "should return a list")]
+WRONG_17_1 = [
+    ((invalid_single_bytes_only, stream), "merged tokens can be invalid too"),
+    ((invalid_non_ascii, stream), "is valid UTF-8"),
+    ((invalid_by_replacement_char, stream), "U+FFFD is a valid character"),
+    ((invalid_count, stream), "should return a list"),
+    ((invalid, stream_replace), "hold them back until the character is complete"),
+    ((invalid, stream_ignore), "disappear"),
+    ((invalid, stream_hold_whole_buffer), "hold back only the incomplete one"),
+    ((invalid, stream_joined), "should return a list"),
+]
 
 
 # 17.2 ---------------------------------------------------------------------------------------
 
 
 def bpt_untruncated(bpe_a, bpe_b, texts):
-    return torch.tensor([[tok.bytes_per_token(b, t) for t in texts] for b in (bpe_a, bpe_b)],
-                        dtype=torch.float64)
+    return torch.tensor(
+        [[tok.bytes_per_token(b, t) for t in texts] for b in (bpe_a, bpe_b)], dtype=torch.float64
+    )
 
 
 def bpt_characters(bpe_a, bpe_b, texts):
     m = min(len(bpe_a.merges), len(bpe_b.merges))
-    return torch.tensor([[len(t) / len(tok.encode(tok.truncate(b, m), t)) for t in texts]
-                         for b in (bpe_a, bpe_b)], dtype=torch.float64)
+    return torch.tensor(
+        [[len(t) / len(tok.encode(tok.truncate(b, m), t)) for t in texts] for b in (bpe_a, bpe_b)],
+        dtype=torch.float64,
+    )
 
 
 def bpt_tokens_per_byte(bpe_a, bpe_b, texts):
@@ -104,8 +109,9 @@ def _normal(word, lower=True, strip=True):
     if lower:
         word = word.lower()
     if strip:
-        word = "".join(c for c in unicodedata.normalize("NFD", word)
-                       if unicodedata.category(c) != "Mn")
+        word = "".join(
+            c for c in unicodedata.normalize("NFD", word) if unicodedata.category(c) != "Mn"
+        )
     return word
 
 
@@ -197,25 +203,31 @@ def grad_as_target(h, E, j):
 
 WRONG = {
     "17.1": WRONG_17_1,
-    "17.2": [(bpt_untruncated, "compare at equal size"),
-             (bpt_characters, "not characters"),
-             (bpt_tokens_per_byte, "that is tokens per byte"),
-             (bpt_transposed, "looks transposed")],
-    "17.3": [(wp_shortest, "not the shortest"),
-             (wp_no_prefix, "with the prefix '##'"),
-             (wp_no_lowercase, "lowercase the word first"),
-             (wp_keeps_accents, "strip the accents"),
-             (wp_partial_unk, "the whole word is [UNK]"),
-             (wp_string, "should return a list of pieces")],
-    "17.4": [((absent_inputs_only, absent_grad), "a target but never an input"),
-             ((absent_targets_only, absent_grad), "an input but never a target"),
-             ((absent_either, absent_grad), "missing from both"),
-             ((absent_ids, absent_grad), "should have shape (40,)"),
-             ((absent, grad_flipped), "the sign is flipped"),
-             ((absent, grad_summed), "missing the factor 1/T"),
-             ((absent, grad_softmax_over_positions), "runs over the vocabulary"),
-             ((absent, grad_logits), "not the logits"),
-             ((absent, grad_as_target), "j is never a target")],
+    "17.2": [
+        (bpt_untruncated, "compare at equal size"),
+        (bpt_characters, "not characters"),
+        (bpt_tokens_per_byte, "that is tokens per byte"),
+        (bpt_transposed, "looks transposed"),
+    ],
+    "17.3": [
+        (wp_shortest, "not the shortest"),
+        (wp_no_prefix, "with the prefix '##'"),
+        (wp_no_lowercase, "lowercase the word first"),
+        (wp_keeps_accents, "strip the accents"),
+        (wp_partial_unk, "the whole word is [UNK]"),
+        (wp_string, "should return a list of pieces"),
+    ],
+    "17.4": [
+        ((absent_inputs_only, absent_grad), "a target but never an input"),
+        ((absent_targets_only, absent_grad), "an input but never a target"),
+        ((absent_either, absent_grad), "missing from both"),
+        ((absent_ids, absent_grad), "should have shape (40,)"),
+        ((absent, grad_flipped), "the sign is flipped"),
+        ((absent, grad_summed), "missing the factor 1/T"),
+        ((absent, grad_softmax_over_positions), "runs over the vocabulary"),
+        ((absent, grad_logits), "not the logits"),
+        ((absent, grad_as_target), "j is never a target"),
+    ],
 }
 
 

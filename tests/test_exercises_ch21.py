@@ -5,8 +5,8 @@ import pytest
 import torch
 from exercise_support import cases, reference, rejected
 
-from mlbook import positional as pos_enc
-from mlbook import rope
+from mlbook.attention import positional as pos_enc
+from mlbook.attention import rope
 
 
 def _ref(eid, name):
@@ -95,23 +95,31 @@ def half_split_single(W_q, W_k):
 
 
 WRONG = {
-    "21.1": [(kernel_rotated_part_only, "position-free part is missing"),
-             (kernel_over_d_r, "normalise by E|q|² = d_c + d_r"),
-             (kernel_whole_head, "rotates the whole head"),
-             (kernel_full_width_ladder, "its own ladder")],
-    "21.2": [(lookback_transposed, "looks k tokens ahead"),
-             (lookback_identity, "plain similarity"),
-             (lookback_half_split, "half-split planes")],
-    "21.3": [((symmetric_masked, _gap), "no -inf mask"),
-             ((symmetric_signed, _gap), "use the distance |t - s|"),
-             ((symmetric_key_form, _gap), "that is the key form"),
-             ((symmetric_ok, gap_row_constant), "break the argument"),
-             ((symmetric_ok, gap_reversed), "symmetric form minus the key form"),
-             ((symmetric_ok, gap_transposed), "this is the transpose")],
-    "21.4": [(half_split_unchanged, "without permuting the columns"),
-             (half_split_inverse, "inverse permutation"),
-             (half_split_only_query, "both W_q and W_k"),
-             (half_split_single, "should return a pair")],
+    "21.1": [
+        (kernel_rotated_part_only, "position-free part is missing"),
+        (kernel_over_d_r, "normalise by E|q|² = d_c + d_r"),
+        (kernel_whole_head, "rotates the whole head"),
+        (kernel_full_width_ladder, "its own ladder"),
+    ],
+    "21.2": [
+        (lookback_transposed, "looks k tokens ahead"),
+        (lookback_identity, "plain similarity"),
+        (lookback_half_split, "half-split planes"),
+    ],
+    "21.3": [
+        ((symmetric_masked, _gap), "no -inf mask"),
+        ((symmetric_signed, _gap), "use the distance |t - s|"),
+        ((symmetric_key_form, _gap), "that is the key form"),
+        ((symmetric_ok, gap_row_constant), "break the argument"),
+        ((symmetric_ok, gap_reversed), "symmetric form minus the key form"),
+        ((symmetric_ok, gap_transposed), "this is the transpose"),
+    ],
+    "21.4": [
+        (half_split_unchanged, "without permuting the columns"),
+        (half_split_inverse, "inverse permutation"),
+        (half_split_only_query, "both W_q and W_k"),
+        (half_split_single, "should return a pair"),
+    ],
 }
 
 

@@ -96,23 +96,29 @@ def post_layer_norm(x, g_attn, g_ffn, eps):
 
 
 WRONG = {
-    "22.1": [(params_without_biases, "the biases are missing"),
-             (params_layernorm_gain_only, "a gain and a bias"),
-             (params_fixed_h, "depends on h"),
-             (params_three_ffn_matrices, "two matrices, not three")],
-    "22.2": [(break_even_six_d, "T = 6d holds only for h = 8d/3"),
-             (break_even_half_attention, "4Td for the pair"),
-             (break_even_one_flop_per_weight, "2 FLOPs per token"),
-             (break_even_attention_weights_only, "not only attention's 4d²")],
-    "22.3": [((zero_only_ffn, _post), "zero W_O (block.attn.Wo) too"),
-             ((zero_only_attention, _post), "zero W_d (block.ffn.W2) too"),
-             ((zero_values_and_gate, _post), "`attn.Wo` should be zero"),
-             ((zero_without_return, _post), "should return the block"),
-             ((_zero, post_identity), "not the identity"),
-             ((_zero, post_one_norm), "two norms act in turn"),
-             ((_zero, post_swapped_gains), "the gains are swapped"),
-             ((_zero, post_without_eps), "eps is missing"),
-             ((_zero, post_layer_norm), "subtracts no mean")],
+    "22.1": [
+        (params_without_biases, "the biases are missing"),
+        (params_layernorm_gain_only, "a gain and a bias"),
+        (params_fixed_h, "depends on h"),
+        (params_three_ffn_matrices, "two matrices, not three"),
+    ],
+    "22.2": [
+        (break_even_six_d, "T = 6d holds only for h = 8d/3"),
+        (break_even_half_attention, "4Td for the pair"),
+        (break_even_one_flop_per_weight, "2 FLOPs per token"),
+        (break_even_attention_weights_only, "not only attention's 4d²"),
+    ],
+    "22.3": [
+        ((zero_only_ffn, _post), "zero W_O (block.attn.Wo) too"),
+        ((zero_only_attention, _post), "zero W_d (block.ffn.W2) too"),
+        ((zero_values_and_gate, _post), "`attn.Wo` should be zero"),
+        ((zero_without_return, _post), "should return the block"),
+        ((_zero, post_identity), "not the identity"),
+        ((_zero, post_one_norm), "two norms act in turn"),
+        ((_zero, post_swapped_gains), "the gains are swapped"),
+        ((_zero, post_without_eps), "eps is missing"),
+        ((_zero, post_layer_norm), "subtracts no mean"),
+    ],
 }
 
 

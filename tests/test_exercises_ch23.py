@@ -24,20 +24,20 @@ def greedy_first_position(model, prompts, n_new):
     out = prompts.clone()
     with torch.no_grad():
         for _ in range(n_new):
-            z = model(out[:, -model.config.block_size:])[:, 0]
+            z = model(out[:, -model.config.block_size :])[:, 0]
             out = torch.cat([out, z.argmax(-1, keepdim=True)], dim=1)
     return out
 
 
 def greedy_new_tokens_only(model, prompts, n_new):
-    return _ref("23.1", "greedy_by_hand")(model, prompts, n_new)[:, prompts.shape[1]:]
+    return _ref("23.1", "greedy_by_hand")(model, prompts, n_new)[:, prompts.shape[1] :]
 
 
 def greedy_short_window(model, prompts, n_new):
     out = prompts.clone()
     with torch.no_grad():
         for _ in range(n_new):
-            z = model(out[:, -(model.config.block_size - 1):])[:, -1]
+            z = model(out[:, -(model.config.block_size - 1) :])[:, -1]
             out = torch.cat([out, z.argmax(-1, keepdim=True)], dim=1)
     return out
 
@@ -123,24 +123,30 @@ def unigram_sum(train, val, V):
 
 
 WRONG = {
-    "23.1": [(greedy_uncropped, "feed the model only the last block_size tokens"),
-             (greedy_first_position, "logits of the last position"),
-             (greedy_new_tokens_only, "followed by the new tokens"),
-             (greedy_short_window, "not block_size - 1"),
-             (greedy_float, "int64 tensor")],
-    "23.2": [(split_head_always_counted, "count it once"),
-             (split_head_never_counted, "is a second V × d matrix: add V·d"),
-             (split_without_positions, "position table"),
-             (split_percent, "not a percentage"),
-             (split_blocks_without_biases, "13d biases")],
-    "23.3": [((units_times_ln2, _unigram), "not nats × ln 2"),
-             ((units_base_two, _unigram), "perplexity is e^L"),
-             ((units_swapped, _unigram), "in that order"),
-             ((units_bits_only, _unigram), "should return a pair"),
-             ((_units, unigram_train_entropy), "entropy of the training frequencies"),
-             ((_units, unigram_val_frequencies), "count the frequencies on the training text"),
-             ((_units, unigram_log2), "natural logarithm"),
-             ((_units, unigram_sum), "not the sum")],
+    "23.1": [
+        (greedy_uncropped, "feed the model only the last block_size tokens"),
+        (greedy_first_position, "logits of the last position"),
+        (greedy_new_tokens_only, "followed by the new tokens"),
+        (greedy_short_window, "not block_size - 1"),
+        (greedy_float, "int64 tensor"),
+    ],
+    "23.2": [
+        (split_head_always_counted, "count it once"),
+        (split_head_never_counted, "is a second V × d matrix: add V·d"),
+        (split_without_positions, "position table"),
+        (split_percent, "not a percentage"),
+        (split_blocks_without_biases, "13d biases"),
+    ],
+    "23.3": [
+        ((units_times_ln2, _unigram), "not nats × ln 2"),
+        ((units_base_two, _unigram), "perplexity is e^L"),
+        ((units_swapped, _unigram), "in that order"),
+        ((units_bits_only, _unigram), "should return a pair"),
+        ((_units, unigram_train_entropy), "entropy of the training frequencies"),
+        ((_units, unigram_val_frequencies), "count the frequencies on the training text"),
+        ((_units, unigram_log2), "natural logarithm"),
+        ((_units, unigram_sum), "not the sum"),
+    ],
 }
 
 

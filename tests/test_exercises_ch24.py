@@ -5,7 +5,7 @@ import pytest
 import torch
 from exercise_support import cases, reference, rejected
 
-from mlbook import kv_cache as kc
+from mlbook.attention import kv_cache as kc
 
 
 def _ref(eid, name):
@@ -32,8 +32,9 @@ def pool_first_head(w, H, G):
 
 def pool_kv_drops_window(model, G):
     cfg = model.cfg
-    new_cfg = kc.DecoderConfig(cfg.vocab_size, cfg.d_model, cfg.n_layers, cfg.n_heads, G,
-                               cfg.d_ff)   # window and sinks forgotten
+    new_cfg = kc.DecoderConfig(
+        cfg.vocab_size, cfg.d_model, cfg.n_layers, cfg.n_heads, G, cfg.d_ff
+    )  # window and sinks forgotten
     pooled = kc.TinyDecoder(new_cfg).to(model.embed)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     for key in list(state):
@@ -51,7 +52,7 @@ def pool_kv_in_place(model, G):
     pooled = _ref("24.1", "pool_kv")(model, G)
     with torch.no_grad():
         model.layers[0].wq.mul_(1.0)
-        model.layers[0].wo.add_(1.0)        # "tidies up" the original by mistake
+        model.layers[0].wo.add_(1.0)  # "tidies up" the original by mistake
     return pooled
 
 
@@ -78,8 +79,7 @@ def batch_query_heads(cfg, memory_bytes, seq_len):
 
 def batch_ignores_window(cfg, memory_bytes, seq_len):
     free = memory_bytes - 2 * kc.param_count(cfg)
-    return max(free // kc.kv_cache_bytes(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, seq_len, 2),
-               0)
+    return max(free // kc.kv_cache_bytes(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, seq_len, 2), 0)
 
 
 def batch_negative(cfg, memory_bytes, seq_len):
@@ -128,25 +128,31 @@ def influenced_positions_list(model, tokens, s):
 
 
 WRONG = {
-    "24.1": [((pool_interleaved, _ref("24.1", "pool_kv")), "interleaved"),
-             ((pool_sum, _ref("24.1", "pool_kv")), "sum of the heads"),
-             ((pool_first_head, _ref("24.1", "pool_kv")), "first head of each group"),
-             ((_ref("24.1", "pool_kv_heads"), pool_kv_drops_window), "lost the sliding window"),
-             ((_ref("24.1", "pool_kv_heads"), pool_kv_float32), "keep the original's dtype"),
-             ((_ref("24.1", "pool_kv_heads"), pool_kv_in_place), "changed the original")],
-    "24.2": [(batch_without_weights, "weights are not subtracted"),
-             (batch_fp32_weights, "4 bytes per parameter"),
-             (batch_keys_only, "keys only"),
-             (batch_query_heads, "all H query heads"),
-             (batch_ignores_window, "sliding window is ignored"),
-             (batch_negative, "return 0"),
-             (batch_float, "whole number")],
-    "24.3": [(influenced_one_layer, "reach of one layer"),
-             (influenced_L_times_W, "off by L"),
-             (influenced_after_s, "position s itself is missing"),
-             (influenced_before_s, "positions before s are marked"),
-             (influenced_formula_without_sinks, "the sink is ignored"),
-             (influenced_positions_list, "should have shape (16,)")],
+    "24.1": [
+        ((pool_interleaved, _ref("24.1", "pool_kv")), "interleaved"),
+        ((pool_sum, _ref("24.1", "pool_kv")), "sum of the heads"),
+        ((pool_first_head, _ref("24.1", "pool_kv")), "first head of each group"),
+        ((_ref("24.1", "pool_kv_heads"), pool_kv_drops_window), "lost the sliding window"),
+        ((_ref("24.1", "pool_kv_heads"), pool_kv_float32), "keep the original's dtype"),
+        ((_ref("24.1", "pool_kv_heads"), pool_kv_in_place), "changed the original"),
+    ],
+    "24.2": [
+        (batch_without_weights, "weights are not subtracted"),
+        (batch_fp32_weights, "4 bytes per parameter"),
+        (batch_keys_only, "keys only"),
+        (batch_query_heads, "all H query heads"),
+        (batch_ignores_window, "sliding window is ignored"),
+        (batch_negative, "return 0"),
+        (batch_float, "whole number"),
+    ],
+    "24.3": [
+        (influenced_one_layer, "reach of one layer"),
+        (influenced_L_times_W, "off by L"),
+        (influenced_after_s, "position s itself is missing"),
+        (influenced_before_s, "positions before s are marked"),
+        (influenced_formula_without_sinks, "the sink is ignored"),
+        (influenced_positions_list, "should have shape (16,)"),
+    ],
 }
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 from exercise_support import cases, reference, rejected
 
-from mlbook import mla
+from mlbook.attention import mla
 
 
 def _ref(eid, name):
@@ -106,8 +106,8 @@ def as_mla_interleaved(w_k, w_v, H, G):
     w_dkv = torch.cat([w_k, w_v], dim=1)
     eye = torch.eye(2 * G * d_h, dtype=w_k.dtype)
     group = [h % G for h in range(H)]
-    w_uk = torch.stack([eye[:, g * d_h:(g + 1) * d_h] for g in group])
-    w_uv = torch.stack([eye[:, (G + g) * d_h:(G + g + 1) * d_h] for g in group])
+    w_uk = torch.stack([eye[:, g * d_h : (g + 1) * d_h] for g in group])
+    w_uv = torch.stack([eye[:, (G + g) * d_h : (G + g + 1) * d_h] for g in group])
     return w_dkv, w_uk, w_uv
 
 
@@ -120,9 +120,9 @@ def as_mla_integer_groups(w_k, w_v, H, G):
     d_h = w_k.shape[1] // G
     w_dkv = torch.cat([w_k, w_v], dim=1)
     eye = torch.eye(2 * G * d_h, dtype=w_k.dtype)
-    group = [h // (H // G) for h in range(H)]       # breaks when G does not divide H
-    w_uk = torch.stack([eye[:, g * d_h:(g + 1) * d_h] for g in group])
-    w_uv = torch.stack([eye[:, (G + g) * d_h:(G + g + 1) * d_h] for g in group])
+    group = [h // (H // G) for h in range(H)]  # breaks when G does not divide H
+    w_uk = torch.stack([eye[:, g * d_h : (g + 1) * d_h] for g in group])
+    w_uv = torch.stack([eye[:, (G + g) * d_h : (G + g + 1) * d_h] for g in group])
     return w_dkv, w_uk, w_uv
 
 
@@ -138,28 +138,36 @@ _MERGE, _COSTS = _ref("25.1", "merge_query_key"), _ref("25.1", "merge_costs")
 _GQA, _MLA = _ref("25.3", "gqa_max_tokens"), _ref("25.3", "mla_max_tokens")
 
 WRONG = {
-    "25.1": [((merge_transposed, _COSTS), "transpose of each head's matrix"),
-             ((merge_summed_heads, _COSTS), "heads are summed"),
-             ((_MERGE, costs_one_head), "counts of one head"),
-             ((_MERGE, costs_flops_as_params), "is two FLOPs"),
-             ((_MERGE, costs_one_factor), "only one factor"),
-             ((_MERGE, costs_pair), "tuple of 4 ints")],
-    "25.2": [(prefill_causal_half, "only the causal half"),
-             (prefill_as_decode_steps, "T decoding steps"),
-             (prefill_forgets_batch, "multiply by the batch"),
-             (prefill_swapped_forms, "other form's count"),
-             (prefill_attention_only, "shared projections")],
-    "25.3": [((gqa_keys_only, _MLA), "keys only"),
-             ((gqa_rounds_up, _MLA), "rounds up"),
-             ((gqa_float, _MLA), "whole number (tokens)"),
-             ((_GQA, mla_without_rope), "RoPE key is missing"),
-             ((_GQA, mla_without_layers), "layers are missing"),
-             ((_GQA, mla_latent_twice), "latent is counted twice")],
-    "25.4": [(as_mla_interleaved, "h mod G"),
-             (as_mla_swapped, "other projection's"),
-             (as_mla_integer_groups, "raised RuntimeError"),
-             (as_mla_float32, "float64 tensor"),
-             (as_mla_pair, "should return a triple")],
+    "25.1": [
+        ((merge_transposed, _COSTS), "transpose of each head's matrix"),
+        ((merge_summed_heads, _COSTS), "heads are summed"),
+        ((_MERGE, costs_one_head), "counts of one head"),
+        ((_MERGE, costs_flops_as_params), "is two FLOPs"),
+        ((_MERGE, costs_one_factor), "only one factor"),
+        ((_MERGE, costs_pair), "tuple of 4 ints"),
+    ],
+    "25.2": [
+        (prefill_causal_half, "only the causal half"),
+        (prefill_as_decode_steps, "T decoding steps"),
+        (prefill_forgets_batch, "multiply by the batch"),
+        (prefill_swapped_forms, "other form's count"),
+        (prefill_attention_only, "shared projections"),
+    ],
+    "25.3": [
+        ((gqa_keys_only, _MLA), "keys only"),
+        ((gqa_rounds_up, _MLA), "rounds up"),
+        ((gqa_float, _MLA), "whole number (tokens)"),
+        ((_GQA, mla_without_rope), "RoPE key is missing"),
+        ((_GQA, mla_without_layers), "layers are missing"),
+        ((_GQA, mla_latent_twice), "latent is counted twice"),
+    ],
+    "25.4": [
+        (as_mla_interleaved, "h mod G"),
+        (as_mla_swapped, "other projection's"),
+        (as_mla_integer_groups, "raised RuntimeError"),
+        (as_mla_float32, "float64 tensor"),
+        (as_mla_pair, "should return a triple"),
+    ],
 }
 
 

@@ -24,16 +24,23 @@ def states_normalised(q, K, V, sizes):
 
 
 def states_unshifted(q, K, V, sizes):
-    return [(m, l * torch.exp(m), acc) for m, l, acc in
-            _ref("26.1", "worker_states")(q, K, V, sizes)]
+    return [
+        (m, l * torch.exp(m), acc) for m, l, acc in _ref("26.1", "worker_states")(q, K, V, sizes)
+    ]
 
 
 def states_with_probabilities(q, K, V, sizes):
     out, lo = [], 0
-    for n in sizes:                                   # sends the whole softmax row as well
-        s = K[lo:lo + n] @ q / math.sqrt(q.shape[0])
-        out.append((s.amax(), torch.exp(s - s.amax()).sum(), torch.exp(s - s.amax()) @ V[lo:lo + n],
-                    torch.softmax(s, 0)))
+    for n in sizes:  # sends the whole softmax row as well
+        s = K[lo : lo + n] @ q / math.sqrt(q.shape[0])
+        out.append(
+            (
+                s.amax(),
+                torch.exp(s - s.amax()).sum(),
+                torch.exp(s - s.amax()) @ V[lo : lo + n],
+                torch.softmax(s, 0),
+            )
+        )
         lo += n
     return out
 
@@ -65,7 +72,7 @@ def lse_max(o_a, L_a, o_b, L_b):
 
 
 def lse_naive(o_a, L_a, o_b, L_b):
-    L = torch.log(torch.exp(L_a) + torch.exp(L_b))      # overflows for L > 709
+    L = torch.log(torch.exp(L_a) + torch.exp(L_b))  # overflows for L > 709
     w_a, w_b = torch.exp(L_a - L)[..., None], torch.exp(L_b - L)[..., None]
     return w_a * o_a + w_b * o_b, L
 
@@ -152,33 +159,41 @@ def softmax_float64(s):
 _THRESHOLD, _SOFTMAX = _ref("26.4", "overflow_threshold"), _ref("26.4", "stable_softmax")
 
 WRONG = {
-    "26.1": [((states_unscaled, _TREE), "not divided by sqrt(d)"),
-             ((states_normalised, _TREE), "acc is normalised"),
-             ((states_unshifted, _TREE), "plain sum of e^s"),
-             ((states_with_probabilities, _TREE), "should be a triple"),
-             ((_STATES, tree_no_rescale), "without rescaling"),
-             ((_STATES, tree_average), "equal weights"),
-             ((_STATES, tree_unnormalised), "unnormalised numerator")],
-    "26.2": [(lse_add, "multiplies the two sums"),
-             (lse_max, "drops the smaller set's mass"),
-             (lse_naive, "nan or inf"),
-             (lse_average, "equal weights"),
-             (lse_swapped, "weights are swapped"),
-             (lse_undivided, "not divided by e^L"),
-             (lse_output_only, "should return a pair")],
-    "26.3": [(tiles_all, "that is every tile"),
-             (tiles_floor, "the last, shorter"),
-             (tiles_without_diagonal, "the diagonal tile too"),
-             (tiles_square_formula, "square-block count"),
-             (tiles_not_cut, "not cut at T")],
-    "26.4": [((threshold_log2, _SOFTMAX), "log2"),
-             ((threshold_fp32, _SOFTMAX), "float32's threshold"),
-             ((threshold_max, _SOFTMAX), "largest finite value itself"),
-             ((_THRESHOLD, softmax_raw), "subtract the row maximum"),
-             ((_THRESHOLD, softmax_mean_shift), "subtract the row maximum"),
-             ((_THRESHOLD, softmax_unnormalised), "not normalised"),
-             ((_THRESHOLD, softmax_first_axis), "first axis"),
-             ((_THRESHOLD, softmax_float64), "should be a float16 tensor")],
+    "26.1": [
+        ((states_unscaled, _TREE), "not divided by sqrt(d)"),
+        ((states_normalised, _TREE), "acc is normalised"),
+        ((states_unshifted, _TREE), "plain sum of e^s"),
+        ((states_with_probabilities, _TREE), "should be a triple"),
+        ((_STATES, tree_no_rescale), "without rescaling"),
+        ((_STATES, tree_average), "equal weights"),
+        ((_STATES, tree_unnormalised), "unnormalised numerator"),
+    ],
+    "26.2": [
+        (lse_add, "multiplies the two sums"),
+        (lse_max, "drops the smaller set's mass"),
+        (lse_naive, "nan or inf"),
+        (lse_average, "equal weights"),
+        (lse_swapped, "weights are swapped"),
+        (lse_undivided, "not divided by e^L"),
+        (lse_output_only, "should return a pair"),
+    ],
+    "26.3": [
+        (tiles_all, "that is every tile"),
+        (tiles_floor, "the last, shorter"),
+        (tiles_without_diagonal, "the diagonal tile too"),
+        (tiles_square_formula, "square-block count"),
+        (tiles_not_cut, "not cut at T"),
+    ],
+    "26.4": [
+        ((threshold_log2, _SOFTMAX), "log2"),
+        ((threshold_fp32, _SOFTMAX), "float32's threshold"),
+        ((threshold_max, _SOFTMAX), "largest finite value itself"),
+        ((_THRESHOLD, softmax_raw), "subtract the row maximum"),
+        ((_THRESHOLD, softmax_mean_shift), "subtract the row maximum"),
+        ((_THRESHOLD, softmax_unnormalised), "not normalised"),
+        ((_THRESHOLD, softmax_first_axis), "first axis"),
+        ((_THRESHOLD, softmax_float64), "should be a float16 tensor"),
+    ],
 }
 
 

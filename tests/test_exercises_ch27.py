@@ -9,7 +9,7 @@ import torch
 from exercise_support import cases, reference, rejected
 from scipy import stats
 
-from mlbook import moe
+from mlbook.architectures import moe
 
 
 def _ref(eid, name):
@@ -153,8 +153,11 @@ def summary_active_share(cfg):
 def summary_two_matrix_experts(cfg):
     c = _counts(cfg)
     one = c["experts"] // 3
-    return c["total"] - one, c["active"] - one * cfg.top_k // cfg.n_experts, \
-        (c["experts"] - one) / (c["total"] - one)
+    return (
+        c["total"] - one,
+        c["active"] - one * cfg.top_k // cfg.n_experts,
+        (c["experts"] - one) / (c["total"] - one),
+    )
 
 
 # --- 27.4 ----------------------------------------------------------------------------------------
@@ -177,7 +180,7 @@ def evict_with_earlier_token(x, w_r, C):
 
 def evict_by_lowering(x, w_r, C):
     victim, later, x_new = _ref("27.4", "evict_by_later_token")(x, w_r, C)
-    return victim, later, 2 * x - x_new            # moved the other way: the score falls
+    return victim, later, 2 * x - x_new  # moved the other way: the score falls
 
 
 def evict_best_token(x, w_r, C):
@@ -197,32 +200,40 @@ def evict_by_lowering_the_victim(x, w_r, C):
 
 
 WRONG = {
-    "27.1": [(grad_ignores_renormalize, "is `renormalize` passed on"),
-             (grad_always_raw, "the gate is p_i / p_i = 1"),
-             (grad_of_mean, "gradient of y.mean()"),
-             (grad_top2, "routes every token to two experts"),
-             (grad_through_selected_logit_only, "the softmax couples all logits"),
-             (grad_flipped, "sign is flipped")],
-    "27.2": [((expected_count, DROPPED), "expected number of dropped assignments"),
-             ((expected_per_token, DROPPED), "not by the T tokens"),
-             ((expected_one_expert, DROPPED), "one expert's expected overflow"),
-             ((expected_p_one_over_n, DROPPED), "probability k/N, not 1/N"),
-             ((expected_jensen, DROPPED), "is not max(0, E[n] - C)"),
-             ((expected_floor, DROPPED), "capacity rounds up"),
-             ((EXPECTED, kept_fraction), "fraction kept"),
-             ((EXPECTED, dropped_per_token), "not by the T tokens"),
-             ((EXPECTED, dropped_count), "not their number"),
-             ((EXPECTED, dropped_capacity_plus_one), "not C + 1")],
-    "27.3": [(summary_without_head, "output head is a separate"),
-             (summary_without_gqa, "grouped-query attention"),
-             (summary_all_experts_active, "only top_k of the N experts"),
-             (summary_scaled_active, "not total * k / N"),
-             (summary_active_share, "not only the k active ones"),
-             (summary_two_matrix_experts, "three d x d_ff matrices")],
-    "27.4": [(evict_with_earlier_token, "comes before the victim"),
-             (evict_by_lowering, "is still selected for x_new"),
-             (evict_best_token, "only the lowest-scoring selected token"),
-             (evict_by_lowering_the_victim, "not only in row")],
+    "27.1": [
+        (grad_ignores_renormalize, "is `renormalize` passed on"),
+        (grad_always_raw, "the gate is p_i / p_i = 1"),
+        (grad_of_mean, "gradient of y.mean()"),
+        (grad_top2, "routes every token to two experts"),
+        (grad_through_selected_logit_only, "the softmax couples all logits"),
+        (grad_flipped, "sign is flipped"),
+    ],
+    "27.2": [
+        ((expected_count, DROPPED), "expected number of dropped assignments"),
+        ((expected_per_token, DROPPED), "not by the T tokens"),
+        ((expected_one_expert, DROPPED), "one expert's expected overflow"),
+        ((expected_p_one_over_n, DROPPED), "probability k/N, not 1/N"),
+        ((expected_jensen, DROPPED), "is not max(0, E[n] - C)"),
+        ((expected_floor, DROPPED), "capacity rounds up"),
+        ((EXPECTED, kept_fraction), "fraction kept"),
+        ((EXPECTED, dropped_per_token), "not by the T tokens"),
+        ((EXPECTED, dropped_count), "not their number"),
+        ((EXPECTED, dropped_capacity_plus_one), "not C + 1"),
+    ],
+    "27.3": [
+        (summary_without_head, "output head is a separate"),
+        (summary_without_gqa, "grouped-query attention"),
+        (summary_all_experts_active, "only top_k of the N experts"),
+        (summary_scaled_active, "not total * k / N"),
+        (summary_active_share, "not only the k active ones"),
+        (summary_two_matrix_experts, "three d x d_ff matrices"),
+    ],
+    "27.4": [
+        (evict_with_earlier_token, "comes before the victim"),
+        (evict_by_lowering, "is still selected for x_new"),
+        (evict_best_token, "only the lowest-scoring selected token"),
+        (evict_by_lowering_the_victim, "not only in row"),
+    ],
 }
 
 

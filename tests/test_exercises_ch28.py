@@ -5,8 +5,8 @@ import pytest
 import torch
 from exercise_support import cases, reference, rejected
 
-from mlbook import linear_attention as la
-from mlbook import ssm
+from mlbook.architectures import linear_attention as la
+from mlbook.architectures import ssm
 
 
 def _ref(eid, name):
@@ -18,8 +18,11 @@ def _ref(eid, name):
 
 def retention_normalised(q, k, v, gamma):
     phi_q, phi_k = la.elu_plus_one(q), la.elu_plus_one(k)
-    S, c, ys = torch.zeros(q.shape[1], v.shape[1], dtype=q.dtype), torch.zeros(q.shape[1],
-                                                                                dtype=q.dtype), []
+    S, c, ys = (
+        torch.zeros(q.shape[1], v.shape[1], dtype=q.dtype),
+        torch.zeros(q.shape[1], dtype=q.dtype),
+        [],
+    )
     for t in range(q.shape[0]):
         S = gamma * S + torch.outer(phi_k[t], v[t])
         c = gamma * c + phi_k[t]
@@ -154,7 +157,7 @@ def _gap_ref(delta, A, B):
 
 
 def conv_irfft_without_n(K, x, n):
-    return torch.fft.irfft(torch.fft.rfft(K, n=n) * torch.fft.rfft(x, n=n))[..., :K.shape[0]]
+    return torch.fft.irfft(torch.fft.rfft(K, n=n) * torch.fft.rfft(x, n=n))[..., : K.shape[0]]
 
 
 def conv_unsliced(K, x, n):
@@ -162,7 +165,7 @@ def conv_unsliced(K, x, n):
 
 
 def conv_last_entries(K, x, n):
-    return conv_unsliced(K, x, n)[..., -K.shape[0]:]
+    return conv_unsliced(K, x, n)[..., -K.shape[0] :]
 
 
 def conv_ignores_n(K, x, n):
@@ -190,39 +193,46 @@ def _error_ref(K, x, n):
 
 
 WRONG = {
-    "28.1": [((retention_normalised, _ssd_ref), "no normaliser"),
-             ((retention_decays_the_write, _ssd_ref), "decay multiplies only the old state"),
-             ((_loop_ref, retention_without_features), "apply the feature map"),
-             ((_loop_ref, retention_swapped), "q and k are swapped"),
-             ((_loop_ref, retention_transposed), "must be lower triangular"),
-             ((retention_without_decay, _ssd_ref), "γ is ignored")],
-    "28.2": [((write_linear_attention, _read_ref), "like plain linear attention"),
-             ((write_error_flipped, _read_ref), "opposite sign"),
-             ((write_projection_ignoring_beta, _read_ref), "β scales the write"),
-             ((write_transposed, _read_ref), "looks transposed"),
-             ((_write_ref, read_is_v), "only for β = 1"),
-             ((_write_ref, read_beta_v), "old read S^T k is missing"),
-             ((_write_ref, read_linear_attention), "plain linear-attention write"),
-             ((_write_ref, read_weights_swapped), "weights are swapped")],
-    "28.3": [((bbar_first_order, _gap_ref), "first-order shortcut"),
-             ((bbar_naive_exp, _gap_ref), "use torch.expm1"),
-             ((bbar_times_A, _gap_ref), "not by A"),
-             ((bbar_abar_times_b, _gap_ref), "that is Abar B"),
-             ((_bbar_ref, gap_without_half), "factor 1/2 is missing"),
-             ((_bbar_ref, gap_first_power), "Δ^2, not Δ"),
-             ((_bbar_ref, gap_exact), "whole gap"),
-             ((_bbar_ref, gap_a_squared), "one factor a cancels")],
-    "28.4": [((conv_irfft_without_n, _error_ref), "irfft needs n=n"),
-             ((conv_unsliced, _error_ref), "only the first T outputs"),
-             ((conv_last_entries, _error_ref), "not the last T"),
-             ((conv_ignores_n, _error_ref), "n is ignored"),
-             ((_conv_ref, error_flipped), "sign is flipped"),
-             ((_conv_ref, error_one_early), "not t + n - 1"),
-             ((_conv_ref, error_whole_tail), "depend on n")],
+    "28.1": [
+        ((retention_normalised, _ssd_ref), "no normaliser"),
+        ((retention_decays_the_write, _ssd_ref), "decay multiplies only the old state"),
+        ((_loop_ref, retention_without_features), "apply the feature map"),
+        ((_loop_ref, retention_swapped), "q and k are swapped"),
+        ((_loop_ref, retention_transposed), "must be lower triangular"),
+        ((retention_without_decay, _ssd_ref), "γ is ignored"),
+    ],
+    "28.2": [
+        ((write_linear_attention, _read_ref), "like plain linear attention"),
+        ((write_error_flipped, _read_ref), "opposite sign"),
+        ((write_projection_ignoring_beta, _read_ref), "β scales the write"),
+        ((write_transposed, _read_ref), "looks transposed"),
+        ((_write_ref, read_is_v), "only for β = 1"),
+        ((_write_ref, read_beta_v), "old read S^T k is missing"),
+        ((_write_ref, read_linear_attention), "plain linear-attention write"),
+        ((_write_ref, read_weights_swapped), "weights are swapped"),
+    ],
+    "28.3": [
+        ((bbar_first_order, _gap_ref), "first-order shortcut"),
+        ((bbar_naive_exp, _gap_ref), "use torch.expm1"),
+        ((bbar_times_A, _gap_ref), "not by A"),
+        ((bbar_abar_times_b, _gap_ref), "that is Abar B"),
+        ((_bbar_ref, gap_without_half), "factor 1/2 is missing"),
+        ((_bbar_ref, gap_first_power), "Δ^2, not Δ"),
+        ((_bbar_ref, gap_exact), "whole gap"),
+        ((_bbar_ref, gap_a_squared), "one factor a cancels"),
+    ],
+    "28.4": [
+        ((conv_irfft_without_n, _error_ref), "irfft needs n=n"),
+        ((conv_unsliced, _error_ref), "only the first T outputs"),
+        ((conv_last_entries, _error_ref), "not the last T"),
+        ((conv_ignores_n, _error_ref), "n is ignored"),
+        ((_conv_ref, error_flipped), "sign is flipped"),
+        ((_conv_ref, error_one_early), "not t + n - 1"),
+        ((_conv_ref, error_whole_tail), "depend on n"),
+    ],
 }
 
 
 @pytest.mark.parametrize(("eid", "answer", "feedback"), cases(WRONG))
 def test_typical_wrong_answer_is_named(eid, answer, feedback):
     rejected(eid, answer, feedback)
-

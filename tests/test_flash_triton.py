@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mlbook import flash_triton as ft
-from mlbook import tiled_attention as ta
+from mlbook.attention import flash_triton as ft
+from mlbook.attention import tiled as ta
 
 pytestmark = pytest.mark.skipif(not ft.TRITON_AVAILABLE, reason="Triton is not installed")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -22,8 +22,9 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 def qkv(B, H, T_q, T_k, d, dtype, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(B, H, T, d, generator=g).to(dtype=dtype, device=DEVICE)
-                 for T in (T_q, T_k, T_k))
+    return tuple(
+        torch.randn(B, H, T, d, generator=g).to(dtype=dtype, device=DEVICE) for T in (T_q, T_k, T_k)
+    )
 
 
 def reference(q, k, v, causal, scale=None):
@@ -39,8 +40,8 @@ CASES = [  # (T_q, T_k, d, block_m, block_n)
     (1, 1, 16, 16, 16),
     (17, 17, 32, 16, 16),
     (45, 45, 64, 32, 16),
-    (45, 45, 40, 16, 32),   # d not a power of two: the kernel pads to 64 and masks
-    (13, 45, 32, 16, 16),   # fewer queries than keys: the causal mask is bottom-right aligned
+    (45, 45, 40, 16, 32),  # d not a power of two: the kernel pads to 64 and masks
+    (13, 45, 32, 16, 16),  # fewer queries than keys: the causal mask is bottom-right aligned
 ]
 
 
@@ -48,15 +49,16 @@ CASES = [  # (T_q, T_k, d, block_m, block_n)
 @pytest.mark.parametrize("T_q, T_k, d, block_m, block_n", CASES)
 def test_fp32_matches_naive_and_sdpa(causal, T_q, T_k, d, block_m, block_n):
     q, k, v = qkv(2, 2, T_q, T_k, d, torch.float32, seed=T_q + d)
-    out, lse = ft.flash_attention(q, k, v, causal, block_m=block_m, block_n=block_n,
-                                  return_lse=True)
+    out, lse = ft.flash_attention(
+        q, k, v, causal, block_m=block_m, block_n=block_n, return_lse=True
+    )
     ref = reference(q, k, v, causal)
     assert out.dtype == torch.float32 and out.shape == q.shape
     assert max_err(out, ref) < 5e-6
     mask = torch.ones(T_q, T_k, dtype=torch.bool, device=DEVICE).tril(T_k - T_q)
     sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=mask if causal else None)
     assert max_err(out, sdpa.double().cpu()) < 5e-6
-    s = (q.double() @ k.double().transpose(-2, -1)) / d ** 0.5
+    s = (q.double() @ k.double().transpose(-2, -1)) / d**0.5
     if causal:
         s = s.masked_fill(~mask, float("-inf"))
     assert max_err(lse, torch.logsumexp(s, -1).cpu()) < 5e-6
@@ -71,7 +73,7 @@ def test_fp16_error_no_worse_than_naive_fp16(causal, T_q, T_k, d, block_m, block
     naive16 = ta.naive_attention(q, k, v, causal)  # everything in fp16, the full score matrix
     assert out.dtype == torch.float16
     err_flash, err_naive = max_err(out, ref), max_err(naive16, ref)
-    assert err_flash <= 2 * err_naive + 2 ** -14, (err_flash, err_naive)
+    assert err_flash <= 2 * err_naive + 2**-14, (err_flash, err_naive)
     assert err_flash < 2e-3
 
 
@@ -80,8 +82,9 @@ def test_non_contiguous_inputs_and_custom_scale():
     # (B, T, H, d) memory viewed as (B, H, T, d): strides that are not the contiguous ones
     qt, kt, vt = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k, v))
     assert not qt.is_contiguous()
-    out = ft.flash_attention(qt, kt, vt, causal=True, scale=0.7, block_m=16, block_n=16,
-                             num_warps=4, num_stages=2)  # GPU launch options; interpreter: ignored
+    out = ft.flash_attention(
+        qt, kt, vt, causal=True, scale=0.7, block_m=16, block_n=16, num_warps=4, num_stages=2
+    )  # GPU launch options; interpreter: ignored
     assert max_err(out, reference(q, k, v, True, scale=0.7)) < 5e-6
 
 
@@ -93,8 +96,10 @@ def test_negative_control_no_causal_mask_differs():
 
 def test_interpreter_flag_is_consistent():
     q, k, v = qkv(1, 1, 9, 9, 16, torch.float32)
-    torch.testing.assert_close(ft.flash_forward(q, k, v, block_m=16, block_n=16),
-                               ft.flash_attention(q, k, v, block_m=16, block_n=16))
+    torch.testing.assert_close(
+        ft.flash_forward(q, k, v, block_m=16, block_n=16),
+        ft.flash_attention(q, k, v, block_m=16, block_n=16),
+    )
     if DEVICE == "cpu":
         assert ft.INTERPRETED and os.environ.get("TRITON_INTERPRET") == "1"
         assert "interpreter" in ft.TRITON_MESSAGE
@@ -105,9 +110,9 @@ def test_interpreter_flag_is_consistent():
 
 
 def test_import_without_triton_does_not_fail(monkeypatch):
-    monkeypatch.setitem(sys.modules, "triton", None)           # makes `import triton` fail
+    monkeypatch.setitem(sys.modules, "triton", None)  # makes `import triton` fail
     monkeypatch.setitem(sys.modules, "triton.language", None)
-    spec = importlib.util.spec_from_file_location("mlbook._flash_no_triton", ft.__file__)
+    spec = importlib.util.spec_from_file_location("mlbook.attention._flash_no_triton", ft.__file__)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.TRITON_AVAILABLE is False and "tiled_attention" in mod.TRITON_MESSAGE
@@ -137,7 +142,7 @@ def test_bad_input_raises():
     with pytest.raises(ValueError):
         ft.flash_attention(q, k, v[:, :, :3])
     with pytest.raises(ValueError):
-        ft.flash_attention(k, q, q, causal=True)                  # T_q = 6 > T_k = 5
+        ft.flash_attention(k, q, q, causal=True)  # T_q = 6 > T_k = 5
     with pytest.raises(TypeError):
         ft.flash_attention(q, k, v, causal="yes")
     with pytest.raises(ValueError):

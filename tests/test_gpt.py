@@ -1,4 +1,4 @@
-"""Tests of mlbook.gpt against independent references (transformers GPT-2, torch built-ins)."""
+"""Tests of mlbook.models.gpt against independent references (transformers GPT-2, torch built-ins)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mlbook import gpt
+from mlbook.models import gpt
 
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 
 
 def _model(dtype=torch.float64, init_std=0.3, V=11, T=8, L=2, H=2, d=16, seed=0):
-    cfg = gpt.GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, d_model=d,
-                        init_std=init_std)
+    cfg = gpt.GPTConfig(
+        vocab_size=V, block_size=T, n_layer=L, n_head=H, d_model=d, init_std=init_std
+    )
     return cfg, gpt.GPT(cfg, generator=torch.Generator().manual_seed(seed), dtype=dtype)
 
 
@@ -102,8 +103,9 @@ def test_tied_head_is_embedding():
 def test_one_pass_equals_per_prefix():
     cfg, m = _model()
     x = _tokens(4, cfg.block_size, cfg.vocab_size)
-    torch.testing.assert_close(gpt.sequence_log_prob(m, x), gpt.sequence_log_prob_naive(m, x),
-                               atol=1e-10, rtol=0)
+    torch.testing.assert_close(
+        gpt.sequence_log_prob(m, x), gpt.sequence_log_prob_naive(m, x), atol=1e-10, rtol=0
+    )
     # changing a later token must not change the logits of earlier positions
     y = x.clone()
     y[:, -1] = (y[:, -1] + 1) % cfg.vocab_size
@@ -160,8 +162,9 @@ def test_warmup_lr_matches_linear_lr():
     opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=peak)
     sched = torch.optim.lr_scheduler.LinearLR(opt, start_factor=1 / W, total_iters=W - 1)
     for s in range(1, 3 * W):
-        assert abs(gpt.warmup_lr(s, peak_lr=peak, warmup_steps=W)
-                   - opt.param_groups[0]["lr"]) < 1e-15
+        assert (
+            abs(gpt.warmup_lr(s, peak_lr=peak, warmup_steps=W) - opt.param_groups[0]["lr"]) < 1e-15
+        )
         assert abs(gpt.warmup_lr(s, peak_lr=peak, warmup_steps=W) - peak * min(1, s / W)) < 1e-15
         opt.step()
         sched.step()
@@ -184,7 +187,7 @@ def test_get_batch_and_evaluate():
     cfg, m = _model(V=13, T=9)
     # evaluate = mean loss over the non-overlapping windows, computed directly
     n = (len(data) - 1) // 9
-    xs, ys = data[: n * 9].view(n, 9), data[1: n * 9 + 1].view(n, 9)
+    xs, ys = data[: n * 9].view(n, 9), data[1 : n * 9 + 1].view(n, 9)
     with torch.no_grad():
         ref = F.cross_entropy(m(xs).reshape(-1, 13), ys.reshape(-1)).item()
     assert abs(gpt.evaluate(m, data, batch_size=4) - ref) < 1e-10
@@ -196,23 +199,54 @@ def test_train_gpt_overfits_and_warms_up():
     text = torch.tensor([0, 1, 2, 3, 4, 5, 6] * 40)
     cfg = gpt.GPTConfig(vocab_size=7, block_size=8, n_layer=1, n_head=2, d_model=16)
     m = gpt.GPT(cfg, generator=torch.Generator().manual_seed(0))
-    hist = gpt.train_gpt(m, text, steps=60, batch_size=8, peak_lr=1e-2, warmup_steps=10,
-                         generator=torch.Generator().manual_seed(0), val_data=text,
-                         eval_every=30)
-    assert [round(v, 12) for v in hist["lr"][:10]] == [round(1e-2 * s / 10, 12)
-                                                      for s in range(1, 11)]
+    hist = gpt.train_gpt(
+        m,
+        text,
+        steps=60,
+        batch_size=8,
+        peak_lr=1e-2,
+        warmup_steps=10,
+        generator=torch.Generator().manual_seed(0),
+        val_data=text,
+        eval_every=30,
+    )
+    assert [round(v, 12) for v in hist["lr"][:10]] == [
+        round(1e-2 * s / 10, 12) for s in range(1, 11)
+    ]
     assert abs(hist["lr"][-1] - 1e-3) < 1e-12  # cosine decay ends at peak / 10
     assert hist["eval_step"] == [30, 60]
     assert hist["val_eval"][-1] < 0.1  # a deterministic cycle is learnt
     with pytest.raises(ValueError):
-        gpt.train_gpt(m, text, steps=5, batch_size=2, peak_lr=1e-2, warmup_steps=5,
-                      generator=torch.Generator())
+        gpt.train_gpt(
+            m,
+            text,
+            steps=5,
+            batch_size=2,
+            peak_lr=1e-2,
+            warmup_steps=5,
+            generator=torch.Generator(),
+        )
     with pytest.raises(ValueError):
-        gpt.train_gpt(m, text, steps=5, batch_size=2, peak_lr=1e-2, warmup_steps=1,
-                      generator=torch.Generator(), eval_every=2)
+        gpt.train_gpt(
+            m,
+            text,
+            steps=5,
+            batch_size=2,
+            peak_lr=1e-2,
+            warmup_steps=1,
+            generator=torch.Generator(),
+            eval_every=2,
+        )
     with pytest.raises(ValueError):
-        gpt.train_gpt(m, text, steps=5, batch_size=2, peak_lr=-1.0, warmup_steps=1,
-                      generator=torch.Generator())
+        gpt.train_gpt(
+            m,
+            text,
+            steps=5,
+            batch_size=2,
+            peak_lr=-1.0,
+            warmup_steps=1,
+            generator=torch.Generator(),
+        )
 
 
 # --- eq. 23.5: sampling ------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Unit tests of mlbook.head_taxonomy: scores by hand, synthetic heads of every kind (ch. 20)."""
+"""Unit tests of mlbook.attention.head_taxonomy: scores by hand, synthetic heads of every kind (ch. 20)."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mlbook import head_taxonomy as ht
+from mlbook.attention import head_taxonomy as ht
 
 
 def test_scores_by_hand():
@@ -42,8 +42,9 @@ def test_synthetic_maps_are_classified_correctly(kind, T):
     g = torch.Generator().manual_seed(T)
     for _ in range(5):
         m = ht.synthetic_map(kind, T, generator=g)
-        torch.testing.assert_close(m.sum(-1), torch.ones(T, dtype=torch.float64), atol=1e-12,
-                                   rtol=0)
+        torch.testing.assert_close(
+            m.sum(-1), torch.ones(T, dtype=torch.float64), atol=1e-12, rtol=0
+        )
         assert ht.classify_heads(ht.taxonomy_scores(m)).item() == kind
 
 
@@ -79,8 +80,7 @@ def test_offset_profile_against_loops_and_scores():
     for n, k in enumerate(range(-K, K + 1)):
         vals = [maps[..., i, i + k] for i in content if i + k in content]
         if vals:
-            torch.testing.assert_close(prof[..., n], torch.stack(vals).mean(0), atol=1e-12,
-                                       rtol=0)
+            torch.testing.assert_close(prof[..., n], torch.stack(vals).mean(0), atol=1e-12, rtol=0)
         else:
             assert torch.isnan(prof[..., n]).all()
     s = ht.taxonomy_scores(maps)

@@ -1,4 +1,4 @@
-"""Unit tests of mlbook.hypothesis against independent references (SciPy, enumeration, simulation).
+"""Unit tests of mlbook.foundations.hypothesis against independent references (SciPy, enumeration, simulation).
 
 All quantities are float64; tolerances are stated per test: 1e-12 for closed forms that differ
 only by rounding, Monte Carlo comparisons at 4 standard errors with fixed seeds.
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from mlbook import hypothesis as ht
+from mlbook.foundations import hypothesis as ht
 
 Z975 = float(stats.norm.ppf(0.975))
 
@@ -23,8 +23,9 @@ def test_proportion_and_standard_error():
     assert ht.proportion([1, 0, 1, 1]) == 0.75
     # SE against the Bernoulli variance from scipy, divided by N.
     p = np.array([0.0, 0.1, 0.5, 0.93])
-    np.testing.assert_allclose(ht.standard_error(p, 40),
-                               np.sqrt(stats.bernoulli(p).var() / 40), atol=1e-15)
+    np.testing.assert_allclose(
+        ht.standard_error(p, 40), np.sqrt(stats.bernoulli(p).var() / 40), atol=1e-15
+    )
 
 
 def test_normal_ci_matches_scipy_norm_interval():
@@ -51,8 +52,9 @@ def test_wilson_endpoints_solve_score_equation_and_agresti_coull_contains_wilson
     low, high = ht.wilson_ci(k, n, z)
     p_hat = k / n
     for end in (low, high):
-        np.testing.assert_allclose(np.abs(p_hat - end) / np.sqrt(end * (1 - end) / n), z,
-                                   rtol=1e-10)
+        np.testing.assert_allclose(
+            np.abs(p_hat - end) / np.sqrt(end * (1 - end) / n), z, rtol=1e-10
+        )
     ac_low, ac_high = ht.agresti_coull_ci(np.arange(n + 1), n, z)
     w_low, w_high = ht.wilson_ci(np.arange(n + 1), n, z)
     assert np.all(ac_low <= w_low + 1e-12) and np.all(ac_high >= w_high - 1e-12)
@@ -64,9 +66,11 @@ def test_wilson_endpoints_solve_score_equation_and_agresti_coull_contains_wilson
 def test_binomial_pmf_matches_scipy():
     p = np.array([0.0, 0.03, 0.5, 0.999, 1.0])
     for n in (1, 13, 400):
-        np.testing.assert_allclose(ht.binomial_pmf(n, p),
-                                   stats.binom.pmf(np.arange(n + 1)[None, :], n, p[:, None]),
-                                   atol=1e-12)
+        np.testing.assert_allclose(
+            ht.binomial_pmf(n, p),
+            stats.binom.pmf(np.arange(n + 1)[None, :], n, p[:, None]),
+            atol=1e-12,
+        )
     assert ht.binomial_pmf(5, 0.3).shape == (6,)
 
 
@@ -111,9 +115,13 @@ def test_exact_permutation_matches_scipy_and_monte_carlo():
     exact_null = ht.exact_permutation_null(x, y)
     assert exact_null.size == math.comb(13, 7)
     p_exact = ht.two_sided_p_value(t_obs, exact_null)
-    ref = stats.permutation_test((x, y), lambda a, b: a.mean() - b.mean(),
-                                 permutation_type="independent", n_resamples=np.inf,
-                                 alternative="two-sided").pvalue
+    ref = stats.permutation_test(
+        (x, y),
+        lambda a, b: a.mean() - b.mean(),
+        permutation_type="independent",
+        n_resamples=np.inf,
+        alternative="two-sided",
+    ).pvalue
 
     # symmetric-ish null only approximately, so compare with the one-sided definition instead.
     p_greater = np.mean(exact_null >= t_obs * (1 - 1e-9))
@@ -266,8 +274,9 @@ def test_mcnemar_rejection_rate_vs_enumeration_and_simulation():
     ref = 0.0
     for n10 in range(n + 1):
         for n01 in range(n + 1 - n10):
-            prob = stats.multinomial.pmf([n10, n01, n - n10 - n01], n,
-                                         [pi10, pi01, 1 - pi10 - pi01])
+            prob = stats.multinomial.pmf(
+                [n10, n01, n - n10 - n01], n, [pi10, pi01, 1 - pi10 - pi01]
+            )
             if (1.0 if n10 + n01 == 0 else stats.binomtest(n10, n10 + n01).pvalue) <= 0.05:
                 ref += prob
     assert abs(ht.mcnemar_rejection_rate(n, pi10, pi01) - ref) < 1e-12

@@ -1,4 +1,4 @@
-"""Unit tests of mlbook.information against independent references (SciPy, torch, scikit-learn,
+"""Unit tests of mlbook.foundations.information against independent references (SciPy, torch, scikit-learn,
 40-digit decimal arithmetic, closed forms, brute-force enumeration), seeded, with explicit
 tolerances per dtype."""
 
@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from scipy import stats
 from sklearn.metrics import mutual_info_score
 
-from mlbook import information as it
-from mlbook import probability as prob
+from mlbook.foundations import information as it
+from mlbook.foundations import probability as prob
 
 ATOL64 = 1e-12  # float64 sums of at most a few hundred terms of size O(1)
 
@@ -83,8 +83,9 @@ def test_cross_entropy_and_kl_vs_references(rng):
     ce, kl = it.cross_entropy(p, q), it.kl_divergence(p, q)
     np.testing.assert_allclose(kl, stats.entropy(p, q, axis=-1), atol=ATOL64)
     cat = torch.distributions.Categorical
-    ref_kl = torch.distributions.kl_divergence(cat(probs=torch.as_tensor(p)),
-                                               cat(probs=torch.as_tensor(q)))
+    ref_kl = torch.distributions.kl_divergence(
+        cat(probs=torch.as_tensor(p)), cat(probs=torch.as_tensor(q))
+    )
     np.testing.assert_allclose(kl, ref_kl.numpy(), atol=ATOL64)
     # soft-target cross-entropy of torch: -sum p log_softmax(log q) = -sum p log q
     ref_ce = F.cross_entropy(torch.log(torch.as_tensor(q)), torch.as_tensor(p), reduction="none")
@@ -92,8 +93,9 @@ def test_cross_entropy_and_kl_vs_references(rng):
     np.testing.assert_allclose(ce, it.entropy(p) + kl, atol=ATOL64)
     assert np.all(kl > 0)
     # broadcasting one q against many p
-    np.testing.assert_allclose(it.kl_divergence(p, q[0]), stats.entropy(p, q[0][None], axis=-1),
-                               atol=ATOL64)
+    np.testing.assert_allclose(
+        it.kl_divergence(p, q[0]), stats.entropy(p, q[0][None], axis=-1), atol=ATOL64
+    )
 
 
 def test_kl_edge_cases():
@@ -138,8 +140,12 @@ def test_sequence_nll_and_perplexity(dtype, atol):
     nll = it.sequence_nll(log_probs.to(dtype), tokens)
     assert nll.dtype == dtype
     torch.testing.assert_close(nll.double(), F.nll_loss(log_probs, tokens), atol=atol, rtol=0)
-    torch.testing.assert_close(it.perplexity(log_probs.to(dtype), tokens).double(),
-                               torch.exp(F.nll_loss(log_probs, tokens)), atol=10 * atol, rtol=0)
+    torch.testing.assert_close(
+        it.perplexity(log_probs.to(dtype), tokens).double(),
+        torch.exp(F.nll_loss(log_probs, tokens)),
+        atol=10 * atol,
+        rtol=0,
+    )
     # a context-free model: mean NLL equals the cross-entropy of the empirical distribution
     q = torch.softmax(torch.randn(k, generator=gen, dtype=torch.float64), 0)
     expected = it.cross_entropy(it.empirical_distribution(tokens, k), q.numpy())
@@ -153,8 +159,9 @@ def test_sequence_nll_and_perplexity(dtype, atol):
 def test_sequence_nll_gradient_and_errors():
     logits = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
     tokens = torch.tensor([0, 1, 2, 2, 1])
-    assert torch.autograd.gradcheck(lambda z: it.sequence_nll(torch.log_softmax(z, -1), tokens),
-                                    (logits,))
+    assert torch.autograd.gradcheck(
+        lambda z: it.sequence_nll(torch.log_softmax(z, -1), tokens), (logits,)
+    )
     lp = torch.log_softmax(logits.detach(), -1)
     with pytest.raises(TypeError):
         it.sequence_nll(lp.numpy(), tokens)
@@ -180,8 +187,12 @@ def test_markov_entropy_rate_vs_enumeration(rng):
     pi = it.stationary_distribution(tr)
     np.testing.assert_allclose(pi @ tr, pi, atol=ATOL64)
     # H(x_1..x_n) by enumerating all K^n sequences of the stationary chain (chain rule, eq. 6.2)
-    logp = np.array([prob.markov_sequence_log_prob(pi, tr, np.array(s))
-                     for s in itertools.product(range(k), repeat=n)])
+    logp = np.array(
+        [
+            prob.markov_sequence_log_prob(pi, tr, np.array(s))
+            for s in itertools.product(range(k), repeat=n)
+        ]
+    )
     h_joint = -(np.exp(logp) * logp).sum()
     rate = it.markov_entropy_rate(tr)
     assert h_joint == pytest.approx(it.entropy(pi) + (n - 1) * rate, abs=1e-12)
@@ -227,8 +238,26 @@ def test_mutual_information_errors():
 
 
 def test_kl_k3_vs_decimal():
-    u = torch.tensor([-30.0, -3.0, -0.5, -0.1, -0.0999, -1e-3, -1e-9, 0.0, 1e-12, 1e-5, 0.05,
-                      0.1, 0.2, 2.0, 10.0], dtype=torch.float64)
+    u = torch.tensor(
+        [
+            -30.0,
+            -3.0,
+            -0.5,
+            -0.1,
+            -0.0999,
+            -1e-3,
+            -1e-9,
+            0.0,
+            1e-12,
+            1e-5,
+            0.05,
+            0.1,
+            0.2,
+            2.0,
+            10.0,
+        ],
+        dtype=torch.float64,
+    )
     with localcontext() as ctx:
         ctx.prec = 40  # Decimal(float) is exact; exp is correctly rounded to 40 digits
         ref = [float(Decimal(x).exp() - 1 - Decimal(x)) for x in u.tolist()]
@@ -253,9 +282,9 @@ def test_kl_k3_gradient_and_k1():
     u = torch.linspace(-2, 2, 41, dtype=torch.float64).requires_grad_(True)
     (g,) = torch.autograd.grad(it.kl_k3(u).sum(), u)
     torch.testing.assert_close(g, torch.expm1(u.detach()), atol=1e-14, rtol=0)  # d/du = r - 1
-    assert torch.autograd.gradcheck(it.kl_k3, (torch.tensor([-1.0, -0.05, 0.03, 0.5],
-                                                            dtype=torch.float64,
-                                                            requires_grad=True),))
+    assert torch.autograd.gradcheck(
+        it.kl_k3, (torch.tensor([-1.0, -0.05, 0.03, 0.5], dtype=torch.float64, requires_grad=True),)
+    )
     torch.testing.assert_close(it.kl_k1(u.detach()), -u.detach())
 
 

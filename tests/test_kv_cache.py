@@ -1,4 +1,4 @@
-"""Unit tests of mlbook.kv_cache against torch built-ins, explicit loops and full forward passes."""
+"""Unit tests of mlbook.attention.kv_cache against torch built-ins, explicit loops and full forward passes."""
 
 import itertools
 import math
@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from mlbook import kv_cache as kc
+from mlbook.attention import kv_cache as kc
 
 # float64: cached and full passes differ only in summation order (a few ulps of O(1) logits).
 TOL = {torch.float64: 1e-12, torch.float32: 1e-5}
@@ -29,8 +29,9 @@ def randn(*shape, dtype=torch.float64, seed=0):
 
 
 def small_cfg(G=2, **kw):
-    return kc.DecoderConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=4, n_kv_heads=G,
-                            d_ff=48, **kw)
+    return kc.DecoderConfig(
+        vocab_size=40, d_model=32, n_layers=2, n_heads=4, n_kv_heads=G, d_ff=48, **kw
+    )
 
 
 def model(cfg, dtype=torch.float64):
@@ -62,18 +63,21 @@ def test_attention_kind():
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("H,G", [(8, 8), (8, 2), (8, 1)])
 def test_grouped_attention_matches_torch_enable_gqa(H, G, dtype):
-    q, k, v = randn(2, H, 5, 16, dtype=dtype), randn(2, G, 7, 16, dtype=dtype, seed=1), \
-        randn(2, G, 7, 16, dtype=dtype, seed=2)
+    q, k, v = (
+        randn(2, H, 5, 16, dtype=dtype),
+        randn(2, G, 7, 16, dtype=dtype, seed=1),
+        randn(2, G, 7, 16, dtype=dtype, seed=2),
+    )
     out, w = kc.grouped_attention(q, k, v, is_causal=True)
     mask = torch.ones(5, 7, dtype=torch.bool).tril(diagonal=2)  # bottom-right causal
     if HAS_ENABLE_GQA:
         ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
         torch.testing.assert_close(out, ref, atol=TOL[dtype], rtol=0)
-    rep = F.scaled_dot_product_attention(q, k.repeat_interleave(H // G, 1),
-                                         v.repeat_interleave(H // G, 1), attn_mask=mask)
+    rep = F.scaled_dot_product_attention(
+        q, k.repeat_interleave(H // G, 1), v.repeat_interleave(H // G, 1), attn_mask=mask
+    )
     torch.testing.assert_close(out, rep, atol=TOL[dtype], rtol=0)
-    torch.testing.assert_close(w.sum(-1), torch.ones(2, H, 5, dtype=dtype), atol=TOL[dtype],
-                               rtol=0)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, H, 5, dtype=dtype), atol=TOL[dtype], rtol=0)
 
 
 def test_grouped_attention_uneven_groups_and_naive():
@@ -83,8 +87,12 @@ def test_grouped_attention_uneven_groups_and_naive():
     ref = F.scaled_dot_product_attention(q, k[:, g], v[:, g])
     torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
     q2, k2 = randn(2, 8, 4, 8), randn(2, 2, 4, 8, seed=3)
-    torch.testing.assert_close(kc.grouped_attention(q2, k2, k2)[0],
-                               kc.grouped_attention_naive(q2, k2, k2)[0], atol=1e-12, rtol=0)
+    torch.testing.assert_close(
+        kc.grouped_attention(q2, k2, k2)[0],
+        kc.grouped_attention_naive(q2, k2, k2)[0],
+        atol=1e-12,
+        rtol=0,
+    )
 
 
 def test_grouped_attention_4d_mask():
@@ -92,14 +100,16 @@ def test_grouped_attention_4d_mask():
     mask = torch.rand(2, 1, 3, 5, generator=torch.Generator().manual_seed(0)) < 0.7
     mask[..., 0] = True
     out, _ = kc.grouped_attention(q, k, v, mask=mask)
-    ref = F.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
-                                         attn_mask=mask)
+    ref = F.scaled_dot_product_attention(
+        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), attn_mask=mask
+    )
     torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
     head_mask = torch.rand(2, 4, 3, 5, generator=torch.Generator().manual_seed(1)) < 0.7
     head_mask[..., 0] = True  # a different mask for every sequence and head
     out, _ = kc.grouped_attention(q, k, v, mask=head_mask)
-    ref = F.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
-                                         attn_mask=head_mask)
+    ref = F.scaled_dot_product_attention(
+        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), attn_mask=head_mask
+    )
     torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
     with pytest.raises(ValueError):
         kc.grouped_attention(q, k, v, mask=head_mask[0])  # 3-D: ambiguous batch axis
@@ -127,8 +137,9 @@ def test_sliding_window_mask_matches_loops(W, S):
     m = kc.sliding_window_mask(T, W, S)
     for t, s in itertools.product(range(T), range(T)):
         assert bool(m[t, s]) == (s <= t and (t - s < W or s < S))
-    assert (m.sum(1) == torch.tensor([min(t + 1, W + min(S, max(t + 1 - W, 0)))
-                                      for t in range(T)])).all()
+    assert (
+        m.sum(1) == torch.tensor([min(t + 1, W + min(S, max(t + 1 - W, 0))) for t in range(T)])
+    ).all()
     assert torch.equal(kc.sliding_window_mask(T, None), torch.ones(T, T).tril().bool())
     assert kc.visible(5, 0, 3, 1) and not kc.visible(5, 1, 3, 1) and not kc.visible(2, 3)
 
@@ -142,7 +153,7 @@ def test_cached_decoding_equals_full_forward(G):
     x = tokens(2, 11)
     full = m(x)
     cache = m.new_cache(2, 11)
-    steps = torch.cat([m(x[:, i:i + 1], cache) for i in range(11)], dim=1)
+    steps = torch.cat([m(x[:, i : i + 1], cache) for i in range(11)], dim=1)
     torch.testing.assert_close(steps, full, atol=1e-12, rtol=0)
     cache = m.new_cache(2, 11)
     chunks = torch.cat([m(x[:, :4], cache), m(x[:, 4:7], cache), m(x[:, 7:], cache)], dim=1)
@@ -157,7 +168,7 @@ def test_float32_cached_decoding_close():
     m = model(small_cfg(2), torch.float32)
     x = tokens(1, 9)
     cache = m.new_cache(1, 9)
-    steps = torch.cat([m(x[:, i:i + 1], cache) for i in range(9)], dim=1)
+    steps = torch.cat([m(x[:, i : i + 1], cache) for i in range(9)], dim=1)
     torch.testing.assert_close(steps, m(x), atol=TOL[torch.float32], rtol=0)
 
 
@@ -167,7 +178,7 @@ def test_sliding_cache_equals_masked_full_attention(W, S):
     x = tokens(2, 13)
     full = m(x)  # full attention under the mask of eq. 24.4
     cache = m.new_cache(2, 13)
-    steps = torch.cat([m(x[:, i:i + 1], cache) for i in range(13)], dim=1)
+    steps = torch.cat([m(x[:, i : i + 1], cache) for i in range(13)], dim=1)
     torch.testing.assert_close(steps, full, atol=1e-12, rtol=0)
     cache = m.new_cache(2, 13)
     chunks = torch.cat([m(x[:, :6], cache), m(x[:, 6:8], cache), m(x[:, 8:], cache)], dim=1)
@@ -253,8 +264,9 @@ def test_bad_input_raises():
     with pytest.raises(ValueError):  # k and v head counts differ
         kc.grouped_attention_naive(randn(1, 4, 3, 8), randn(1, 2, 3, 8), randn(1, 1, 3, 8))
     with pytest.raises(TypeError):
-        kc.grouped_attention(randn(1, 4, 3, 8), torch.ones(1, 2, 3, 8, dtype=torch.long),
-                             randn(1, 2, 3, 8))
+        kc.grouped_attention(
+            randn(1, 4, 3, 8), torch.ones(1, 2, 3, 8, dtype=torch.long), randn(1, 2, 3, 8)
+        )
     with pytest.raises(ValueError):
         kc.decode_attention_naive(randn(4, 8), randn(2, 5, 6), randn(2, 5, 8))
     with pytest.raises(ValueError):

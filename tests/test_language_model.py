@@ -1,4 +1,4 @@
-"""Tests of mlbook.language_model against independent references (seeded, explicit tolerances)."""
+"""Tests of mlbook.language.language_model against independent references (seeded, explicit tolerances)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mlbook import language_model as lm
-from mlbook import probability as prob
+from mlbook.foundations import probability as prob
+from mlbook.language import language_model as lm
 
 TOL = {torch.float64: 1e-12, torch.float32: 1e-5}
 
@@ -40,7 +40,7 @@ def test_context_windows_match_a_loop(data):
         assert X.shape == (50, c)
         padded = [pad] * c + x.tolist()
         for t in range(50):
-            assert X[t].tolist() == padded[t:t + c]
+            assert X[t].tolist() == padded[t : t + c]
     batch = ids[:60].reshape(3, 20)
     Xb = lm.context_windows(batch, 2, pad)
     for b in range(3):
@@ -53,7 +53,7 @@ def test_centered_windows_match_a_loop(data):
     W = lm.centered_windows(x, 2, pad)
     padded = [pad] * 2 + x.tolist() + [pad] * 2
     for t in range(30):
-        assert W[t].tolist() == padded[t:t + 5]
+        assert W[t].tolist() == padded[t : t + 5]
     assert lm.centered_windows(x.reshape(2, 15), 2, pad).shape == (2, 15, 5)
 
 
@@ -105,8 +105,9 @@ def test_mlp_logits_fast_vs_naive(dtype):
         model.W2.normal_(generator=torch.Generator().manual_seed(1))
     X = torch.randint(0, 7, (12, 3), generator=torch.Generator().manual_seed(2))
     params = (model.E, model.W1, model.b1, model.W2, model.b2)
-    torch.testing.assert_close(model(X), lm.mlp_lm_logits_naive(X, *params),
-                               atol=TOL[dtype], rtol=0)
+    torch.testing.assert_close(
+        model(X), lm.mlp_lm_logits_naive(X, *params), atol=TOL[dtype], rtol=0
+    )
 
 
 def test_mlp_chain_rule_sums_to_one():
@@ -122,8 +123,9 @@ def test_mlp_chain_rule_sums_to_one():
     assert abs(total.item() - 1) < 1e-12
     joint = lm.sequence_log_prob(logq, seqs).exp().reshape((v,) * t).detach().numpy()
     factors = prob.chain_rule_factors(joint)
-    np.testing.assert_allclose(factors[-1].reshape(-1, v), logq[::v, -1].exp().detach().numpy(),
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        factors[-1].reshape(-1, v), logq[::v, -1].exp().detach().numpy(), atol=1e-12
+    )
 
 
 def test_loss_at_init_is_log_v_and_grad_vs_autograd():
@@ -193,8 +195,9 @@ def test_sample_distribution_and_greedy():
     greedy = lm.sample(lambda X: logits, torch.tensor([2]), 5, 0, gen, temperature=0)
     assert greedy.tolist() == [2, 0, 0, 0, 0, 0]
     seen = []
-    lm.sample(lambda X: seen.append(X.tolist()) or logits, torch.tensor([1, 2]), 2, 3, gen,
-              pad_id=9)
+    lm.sample(
+        lambda X: seen.append(X.tolist()) or logits, torch.tensor([1, 2]), 2, 3, gen, pad_id=9
+    )
     assert seen[0] == [[9, 1, 2]] and seen[1][0][:2] == [1, 2]
 
 
@@ -255,17 +258,33 @@ def test_bad_input_raises():
     with pytest.raises(ValueError):
         model(torch.zeros(4, 3, dtype=torch.int64))
     with pytest.raises(ValueError):
-        lm.mlp_lm_logits(torch.zeros(4, 3, dtype=torch.int64), model.E, model.W1, model.b1,
-                         model.W2, model.b2)
+        lm.mlp_lm_logits(
+            torch.zeros(4, 3, dtype=torch.int64), model.E, model.W1, model.b1, model.W2, model.b2
+        )
     with pytest.raises(ValueError):
-        lm.mlp_lm_logits_naive(torch.full((1, 2), 7), model.E, model.W1, model.b1, model.W2,
-                               model.b2)
+        lm.mlp_lm_logits_naive(
+            torch.full((1, 2), 7), model.E, model.W1, model.b1, model.W2, model.b2
+        )
     with pytest.raises(ValueError):
-        lm.train_lm(model, torch.zeros(3, 2, dtype=torch.int64), torch.zeros(2, dtype=torch.int64),
-                    steps=1, batch_size=1, lr=0.1, generator=gen)
+        lm.train_lm(
+            model,
+            torch.zeros(3, 2, dtype=torch.int64),
+            torch.zeros(2, dtype=torch.int64),
+            steps=1,
+            batch_size=1,
+            lr=0.1,
+            generator=gen,
+        )
     with pytest.raises(ValueError):
-        lm.train_lm(model, torch.zeros(3, 2, dtype=torch.int64), torch.zeros(3, dtype=torch.int64),
-                    steps=1, batch_size=1, lr=-0.1, generator=gen)
+        lm.train_lm(
+            model,
+            torch.zeros(3, 2, dtype=torch.int64),
+            torch.zeros(3, dtype=torch.int64),
+            steps=1,
+            batch_size=1,
+            lr=-0.1,
+            generator=gen,
+        )
     tokens = torch.tensor([0, 1, 2])
     with pytest.raises(ValueError):
         lm.mask_tokens(tokens, 3, 1, gen)

@@ -1,11 +1,11 @@
-"""mlbook.linear_attention against independent references (SDPA, autograd, explicit sums)."""
+"""mlbook.architectures.linear_attention against independent references (SDPA, autograd, explicit sums)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from mlbook import linear_attention as la
+from mlbook.architectures import linear_attention as la
 
 TOL = {torch.float64: 1e-12, torch.float32: 1e-5}
 
@@ -39,8 +39,9 @@ def test_feature_kernel_matches_explicit_dot_products():
 def test_exp_kernel_attention_is_softmax_attention(causal):
     q, k, v = qkv()
     ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    torch.testing.assert_close(la.kernel_attention(q, k, v, la.exp_kernel, causal=causal), ref,
-                               atol=1e-12, rtol=0)
+    torch.testing.assert_close(
+        la.kernel_attention(q, k, v, la.exp_kernel, causal=causal), ref, atol=1e-12, rtol=0
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -48,13 +49,16 @@ def test_exp_kernel_attention_is_softmax_attention(causal):
 def test_recurrent_and_chunked_equal_quadratic(dtype, normalize):
     q, k, v = qkv(dtype=dtype)
     ref = la.linear_attention_quadratic(q, k, v, normalize=normalize)
-    tol = TOL[dtype] * (1 if normalize else 100)   # unnormalised outputs grow like T
+    tol = TOL[dtype] * (1 if normalize else 100)  # unnormalised outputs grow like T
     y, (S, c) = la.linear_attention_recurrent(q, k, v, normalize=normalize, return_state=True)
     torch.testing.assert_close(y, ref, atol=tol, rtol=tol)
     for chunk in (1, 5, 16, 37, 100):
-        torch.testing.assert_close(la.linear_attention_chunked(q, k, v, chunk=chunk,
-                                                               normalize=normalize),
-                                   ref, atol=tol, rtol=tol)
+        torch.testing.assert_close(
+            la.linear_attention_chunked(q, k, v, chunk=chunk, normalize=normalize),
+            ref,
+            atol=tol,
+            rtol=tol,
+        )
     phik = la.elu_plus_one(k)
     torch.testing.assert_close(S, phik.transpose(-1, -2) @ v, atol=100 * tol, rtol=tol)
     torch.testing.assert_close(c, phik.sum(-2), atol=100 * tol, rtol=tol)
@@ -89,14 +93,12 @@ def test_delta_rule_is_sgd_on_the_recall_loss():
 def test_delta_rule_overwrites_orthonormal_keys_exactly():
     gen = torch.Generator().manual_seed(2)
     keys = torch.linalg.qr(torch.randn(8, 8, generator=gen, dtype=torch.float64))[0]
-    idx = torch.tensor([0, 1, 2, 0, 1, 0, 3])               # key 0 written three times
+    idx = torch.tensor([0, 1, 2, 0, 1, 0, 3])  # key 0 written three times
     k = keys[idx]
     v = torch.randn(7, 5, generator=gen, dtype=torch.float64)
-    _, S = la.delta_rule_recurrent(k, k, v, torch.ones(7, dtype=torch.float64),
-                                   return_state=True)
-    torch.testing.assert_close(S.T @ keys[0], v[5], atol=1e-13, rtol=0)   # last write wins
-    _, (S_lin, _) = la.linear_attention_recurrent(k, k, v, None, normalize=False,
-                                                  return_state=True)
+    _, S = la.delta_rule_recurrent(k, k, v, torch.ones(7, dtype=torch.float64), return_state=True)
+    torch.testing.assert_close(S.T @ keys[0], v[5], atol=1e-13, rtol=0)  # last write wins
+    _, (S_lin, _) = la.linear_attention_recurrent(k, k, v, None, normalize=False, return_state=True)
     torch.testing.assert_close(S_lin.T @ keys[0], v[0] + v[3] + v[5], atol=1e-13, rtol=0)
 
 

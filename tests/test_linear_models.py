@@ -1,4 +1,4 @@
-"""Unit tests of mlbook.linear_models against independent references (chapter 9).
+"""Unit tests of mlbook.foundations.linear_models against independent references (chapter 9).
 
 References: torch autograd in float64, torch.linalg.lstsq, NumPy's lstsq, torch.optim.SGD,
 F.binary_cross_entropy_with_logits, scikit-learn's LogisticRegression, Ridge and StandardScaler.
@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mlbook import linear_models as lm
+from mlbook.foundations import linear_models as lm
 
 F64 = torch.float64
 
@@ -86,8 +86,9 @@ def test_mse_grad_matches_autograd(dtype, atol):
     t = theta.clone().requires_grad_(True)
     (g,) = torch.autograd.grad(F.mse_loss(X @ t, y), t)
     torch.testing.assert_close(lm.mse_grad(theta, X, y), g, atol=atol, rtol=0)
-    torch.testing.assert_close(lm.mse_loss(theta, X, y), F.mse_loss(X @ theta, y), atol=atol,
-                               rtol=0)
+    torch.testing.assert_close(
+        lm.mse_loss(theta, X, y), F.mse_loss(X @ theta, y), atol=atol, rtol=0
+    )
 
 
 def test_mse_bad_input():
@@ -116,8 +117,7 @@ def test_normal_equations_match_lstsq_and_qr():
     np.testing.assert_allclose(lm.least_squares_qr(X, y).numpy(), np_ref, atol=1e-12, rtol=0)
     theta = lm.normal_equations(X, y)
     # the residual is orthogonal to every column: the gradient vanishes
-    torch.testing.assert_close(X.T @ (y - X @ theta), torch.zeros(6, dtype=F64), atol=1e-11,
-                               rtol=0)
+    torch.testing.assert_close(X.T @ (y - X @ theta), torch.zeros(6, dtype=F64), atol=1e-11, rtol=0)
 
 
 def test_ridge_matches_sklearn():
@@ -128,8 +128,9 @@ def test_ridge_matches_sklearn():
     np.testing.assert_allclose(lm.normal_equations(X, y, l2=l2).numpy(), ref, atol=1e-10, rtol=0)
     # the ridge gradient vanishes at the solution
     theta = lm.normal_equations(X, y, l2=l2)
-    torch.testing.assert_close(lm.mse_grad(theta, X, y) + 2 * l2 * theta,
-                               torch.zeros(5, dtype=F64), atol=1e-12, rtol=0)
+    torch.testing.assert_close(
+        lm.mse_grad(theta, X, y) + 2 * l2 * theta, torch.zeros(5, dtype=F64), atol=1e-12, rtol=0
+    )
 
 
 def test_least_squares_bad_input():
@@ -232,15 +233,17 @@ def test_bce_loss_is_stable_for_huge_logits():
         w = torch.tensor([scale], dtype=F64)
         loss = lm.bce_loss(w, X, y)
         assert torch.isfinite(loss)
-        torch.testing.assert_close(loss, F.binary_cross_entropy_with_logits(X @ w, y),
-                                   atol=1e-12, rtol=1e-14)
+        torch.testing.assert_close(
+            loss, F.binary_cross_entropy_with_logits(X @ w, y), atol=1e-12, rtol=1e-14
+        )
 
 
 def test_bce_soft_labels():
     X, _, w = classification()
     y = torch.linspace(0, 1, X.shape[0], dtype=F64)
-    torch.testing.assert_close(lm.bce_loss(w, X, y), F.binary_cross_entropy_with_logits(X @ w, y),
-                               atol=1e-12, rtol=0)
+    torch.testing.assert_close(
+        lm.bce_loss(w, X, y), F.binary_cross_entropy_with_logits(X @ w, y), atol=1e-12, rtol=0
+    )
 
 
 def test_logistic_regression_matches_sklearn():

@@ -1,4 +1,4 @@
-"""Unit tests of mlbook.losses against independent references (torch built-ins, SciPy, autograd).
+"""Unit tests of mlbook.nn.losses against independent references (torch built-ins, SciPy, autograd).
 
 Tolerances per dtype: float64 results agree with float64 references to ~1e-12 (a few ulps of
 the values involved); float32 results are judged against float64 references at ~1e-5 relative.
@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from scipy import optimize, stats
 
-from mlbook import losses as L
+from mlbook.nn import losses as L
 
 F64 = torch.float64
 
@@ -35,8 +35,11 @@ def test_squared_and_absolute_error_are_shifted_scaled_nlls(gen):
     sigma, b = 0.7, 1.3
     gauss = -stats.norm.logpdf(y.numpy(), m.numpy(), sigma)
     lap = -stats.laplace.logpdf(y.numpy(), m.numpy(), b)
-    np.testing.assert_allclose(L.squared_error(r).numpy() / (2 * sigma**2)
-                               + math.log(sigma * math.sqrt(2 * math.pi)), gauss, atol=1e-12)
+    np.testing.assert_allclose(
+        L.squared_error(r).numpy() / (2 * sigma**2) + math.log(sigma * math.sqrt(2 * math.pi)),
+        gauss,
+        atol=1e-12,
+    )
     np.testing.assert_allclose(L.absolute_error(r).numpy() / b + math.log(2 * b), lap, atol=1e-12)
     assert math.isclose(float(L.laplace_nll(y, m, b)), lap.mean(), abs_tol=1e-12)
 
@@ -44,8 +47,12 @@ def test_squared_and_absolute_error_are_shifted_scaled_nlls(gen):
 def test_laplace_mle_scale_is_mean_absolute_residual(gen):
     y = torch.randn(200, generator=gen, dtype=F64)
     m = torch.zeros(200, dtype=F64)
-    res = optimize.minimize_scalar(lambda b: float(L.laplace_nll(y, m, b)), bounds=(0.05, 5),
-                                   method="bounded", options={"xatol": 1e-10})
+    res = optimize.minimize_scalar(
+        lambda b: float(L.laplace_nll(y, m, b)),
+        bounds=(0.05, 5),
+        method="bounded",
+        options={"xatol": 1e-10},
+    )
     assert abs(res.x - float(y.abs().mean())) < 1e-6
 
 
@@ -60,13 +67,19 @@ def _line_data(seed=0, n=60):
 def test_irls_l2_is_least_squares_and_l1_is_the_lp_solution():
     X, y = _line_data()
     th2 = L.fit_linear_irls(X, y, "l2")
-    np.testing.assert_allclose(th2.numpy(), np.linalg.lstsq(X.numpy(), y.numpy(), rcond=None)[0],
-                               atol=1e-10)
+    np.testing.assert_allclose(
+        th2.numpy(), np.linalg.lstsq(X.numpy(), y.numpy(), rcond=None)[0], atol=1e-10
+    )
     n = len(y)
     c = np.r_[0, 0, np.ones(n)]
     A = np.block([[X.numpy(), -np.eye(n)], [-X.numpy(), -np.eye(n)]])
-    lp = optimize.linprog(c, A_ub=A, b_ub=np.r_[y.numpy(), -y.numpy()],
-                          bounds=[(None, None)] * 2 + [(0, None)] * n, method="highs")
+    lp = optimize.linprog(
+        c,
+        A_ub=A,
+        b_ub=np.r_[y.numpy(), -y.numpy()],
+        bounds=[(None, None)] * 2 + [(0, None)] * n,
+        method="highs",
+    )
     th1 = L.fit_linear_irls(X, y, "l1")
     assert float((y - X @ th1).abs().sum()) - lp.fun < 1e-7
     np.testing.assert_allclose(th1.numpy(), lp.x[:2], atol=1e-5)
@@ -76,20 +89,29 @@ def test_irls_huber_matches_scipy_least_squares_huber():
     X, y = _line_data(seed=1)
     for delta in (0.5, 1.0, 3.0):
         th = L.fit_linear_irls(X, y, "huber", delta=delta)
-        ref = optimize.least_squares(lambda t: y.numpy() - X.numpy() @ t, np.zeros(2),
-                                     loss="huber", f_scale=delta, xtol=1e-15, ftol=1e-15,
-                                     gtol=1e-15)
+        ref = optimize.least_squares(
+            lambda t: y.numpy() - X.numpy() @ t,
+            np.zeros(2),
+            loss="huber",
+            f_scale=delta,
+            xtol=1e-15,
+            ftol=1e-15,
+            gtol=1e-15,
+        )
         np.testing.assert_allclose(th.numpy(), ref.x, atol=1e-7)
 
 
 def test_irls_never_increases_the_objective():
     X, y = _line_data(seed=2)
     for loss, delta in (("l1", 1.0), ("huber", 0.7)):
+
         def objective(th, loss=loss, delta=delta):
             r = y - X @ th
             return float(r.abs().sum() if loss == "l1" else L.huber_loss(r, delta).sum())
-        values = [objective(L.fit_linear_irls(X, y, loss, delta=delta, n_iter=k))
-                  for k in range(1, 15)]
+
+        values = [
+            objective(L.fit_linear_irls(X, y, loss, delta=delta, n_iter=k)) for k in range(1, 15)
+        ]
         assert all(b <= a + 1e-12 for a, b in zip(values, values[1:], strict=False))
 
 
@@ -112,8 +134,9 @@ def test_huber_matches_torch_builtins(gen, dtype, atol):
         got = L.huber_loss(r.to(dtype), delta).double()
         torch.testing.assert_close(got, ref, atol=atol, rtol=atol)
         torch.testing.assert_close(got, ref_sl1, atol=atol, rtol=atol)
-        torch.testing.assert_close(L.huber_loss_naive(r.to(dtype), delta).double(), ref,
-                                   atol=atol, rtol=atol)
+        torch.testing.assert_close(
+            L.huber_loss_naive(r.to(dtype), delta).double(), ref, atol=atol, rtol=atol
+        )
 
 
 def test_huber_grad_matches_autograd(gen):
@@ -145,8 +168,9 @@ def test_bce_stable_for_large_logits_where_naive_breaks():
         assert torch.all(torch.isfinite(stable))
         # exact to 30 digits: softplus(z) for y = 0, softplus(-z) for y = 1 (the built-in
         # F.binary_cross_entropy_with_logits returns 0 instead of 4e-18 at z = -40, y = 0)
-        ref = torch.tensor([float(mpmath.log1p(mpmath.exp(-t if y[0] == 1 else t)))
-                            for t in z.tolist()], dtype=F64)
+        ref = torch.tensor(
+            [float(mpmath.log1p(mpmath.exp(-t if y[0] == 1 else t))) for t in z.tolist()], dtype=F64
+        )
         torch.testing.assert_close(stable.double(), ref, rtol=1e-6, atol=1e-38)  # fp32 range
         assert not torch.all(torch.isfinite(L.bce_naive(z, y)))
 
@@ -172,10 +196,12 @@ def test_focal_matches_direct_float64_formula(gen, gamma, alpha):
     z = 4 * torch.randn(300, generator=gen, dtype=F64)
     y = (torch.rand(300, generator=gen) < 0.3).double()
     ref = _focal_numpy(z.numpy(), y.numpy(), gamma, alpha)
-    np.testing.assert_allclose(L.focal_loss(z, y, gamma, alpha).numpy(), ref, rtol=1e-10,
-                               atol=1e-14)
-    np.testing.assert_allclose(L.focal_loss_naive(z, y, gamma, alpha).numpy(), ref, rtol=1e-12,
-                               atol=1e-14)
+    np.testing.assert_allclose(
+        L.focal_loss(z, y, gamma, alpha).numpy(), ref, rtol=1e-10, atol=1e-14
+    )
+    np.testing.assert_allclose(
+        L.focal_loss_naive(z, y, gamma, alpha).numpy(), ref, rtol=1e-12, atol=1e-14
+    )
 
 
 def test_focal_gamma0_is_bce_and_stays_finite(gen):
@@ -197,12 +223,16 @@ def test_kl_matches_kl_div_and_naive(gen):
     z = torch.randn(8, 5, generator=gen, dtype=F64)
     ref = F.kl_div(torch.log_softmax(z, -1), p, reduction="none").sum(-1)
     torch.testing.assert_close(L.kl_categorical(p, z), ref, atol=1e-13, rtol=0)
-    torch.testing.assert_close(L.kl_categorical_naive(p, torch.softmax(z, -1)), ref, atol=1e-13,
-                               rtol=0)
+    torch.testing.assert_close(
+        L.kl_categorical_naive(p, torch.softmax(z, -1)), ref, atol=1e-13, rtol=0
+    )
     onehot = F.one_hot(torch.arange(8) % 5, 5).double()  # zeros in p: 0 log 0 = 0
-    torch.testing.assert_close(L.kl_categorical(onehot, z),
-                               F.cross_entropy(z, torch.arange(8) % 5, reduction="none"),
-                               atol=1e-13, rtol=0)
+    torch.testing.assert_close(
+        L.kl_categorical(onehot, z),
+        F.cross_entropy(z, torch.arange(8) % 5, reduction="none"),
+        atol=1e-13,
+        rtol=0,
+    )
 
 
 def test_kl_and_distillation_gradients_match_autograd(gen):
@@ -213,8 +243,9 @@ def test_kl_and_distillation_gradients_match_autograd(gen):
     v = 3 * torch.randn(4, 6, generator=gen, dtype=F64)
     for T in (0.5, 1.0, 4.0, 20.0):
         loss = L.distillation_loss(z, v, T)
-        ref = T**2 * F.kl_div(torch.log_softmax(z / T, -1), torch.softmax(v / T, -1),
-                              reduction="none").sum(-1)
+        ref = T**2 * F.kl_div(
+            torch.log_softmax(z / T, -1), torch.softmax(v / T, -1), reduction="none"
+        ).sum(-1)
         torch.testing.assert_close(loss, ref, atol=1e-12, rtol=0)
         (g,) = torch.autograd.grad(loss.sum(), z)
         torch.testing.assert_close(L.distillation_grad(z.detach(), v, T), g, atol=1e-13, rtol=0)
@@ -224,8 +255,15 @@ def test_kl_and_distillation_gradients_match_autograd(gen):
 def test_gaussian_fits_forward_moment_matching_and_reverse_in_a_mode():
     x = torch.linspace(-20, 20, 401, dtype=F64)  # spacing 0.1: exact enough for sigma >= 0.3
     w, m, s = (0.6, 0.4), (-2.0, 2.0), (0.7, 0.7)
-    log_p = torch.logsumexp(torch.stack([math.log(wk) + L.gaussian_log_density(x, mk, sk)
-                                         for wk, mk, sk in zip(w, m, s, strict=True)]), 0)
+    log_p = torch.logsumexp(
+        torch.stack(
+            [
+                math.log(wk) + L.gaussian_log_density(x, mk, sk)
+                for wk, mk, sk in zip(w, m, s, strict=True)
+            ]
+        ),
+        0,
+    )
     mean = sum(wk * mk for wk, mk in zip(w, m, strict=True))
     var = sum(wk * (sk**2 + mk**2) for wk, mk, sk in zip(w, m, s, strict=True)) - mean**2
     mus = torch.linspace(-3.5, 3.5, 141, dtype=F64)  # spacing 0.05
@@ -235,8 +273,11 @@ def test_gaussian_fits_forward_moment_matching_and_reverse_in_a_mode():
     mu_r, s_r, _ = L.fit_gaussian_kl(x, log_p, mus, sigmas, "reverse")
     assert abs(mu_r - (-2.0)) < 0.1 and abs(s_r - 0.7) < 0.1
     # the grid KL of two Gaussians against the closed form
-    kl = L.kl_on_grid(L.gaussian_log_density(x, 0.3, 1.2), L.gaussian_log_density(x, -0.5, 0.8),
-                      float(x[1] - x[0]))
+    kl = L.kl_on_grid(
+        L.gaussian_log_density(x, 0.3, 1.2),
+        L.gaussian_log_density(x, -0.5, 0.8),
+        float(x[1] - x[0]),
+    )
     exact = math.log(0.8 / 1.2) + (1.2**2 + 0.8**2) / (2 * 0.8**2) - 0.5
     assert abs(float(kl) - exact) < 1e-12
 

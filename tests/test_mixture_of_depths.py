@@ -1,4 +1,4 @@
-"""Unit tests of mlbook.mixture_of_depths: top-C token routing and FLOP counts (chapter 27)."""
+"""Unit tests of mlbook.architectures.mixture_of_depths: top-C token routing and FLOP counts (chapter 27)."""
 
 import math
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mlbook import mixture_of_depths as mod
+from mlbook.architectures import mixture_of_depths as mod
 
 TOL = {torch.float64: 1e-12, torch.float32: 1e-5}
 DTYPES = [torch.float64, torch.float32]
@@ -58,24 +58,27 @@ def test_block_is_causal():
     x, P, _ = setup_block()
     x2 = x.clone()
     x2[:, 15:] += 1.0
-    torch.testing.assert_close(mod.block_delta(x2, P)[:, :15], mod.block_delta(x, P)[:, :15],
-                               atol=1e-12, rtol=0)
+    torch.testing.assert_close(
+        mod.block_delta(x2, P)[:, :15], mod.block_delta(x, P)[:, :15], atol=1e-12, rtol=0
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("C", [1, 3, 12, 24])
 def test_mod_block_matches_naive(dtype, C):
     x, P, w = setup_block(dtype=dtype)
-    torch.testing.assert_close(mod.mod_block(x, P, w, C), mod.mod_block_naive(x, P, w, C),
-                               atol=TOL[dtype], rtol=0)
+    torch.testing.assert_close(
+        mod.mod_block(x, P, w, C), mod.mod_block_naive(x, P, w, C), atol=TOL[dtype], rtol=0
+    )
 
 
 def test_full_capacity_and_skipped_tokens():
     x, P, w = setup_block()
     T = x.shape[1]
     r = x @ w
-    torch.testing.assert_close(mod.mod_block(x, P, w, T), x + r[..., None] * mod.block_delta(x, P),
-                               atol=1e-12, rtol=0)
+    torch.testing.assert_close(
+        mod.mod_block(x, P, w, T), x + r[..., None] * mod.block_delta(x, P), atol=1e-12, rtol=0
+    )
     y = mod.mod_block(x, P, w, 5)
     mask = torch.zeros(2, T, dtype=torch.bool).scatter(1, mod.mod_select(r, 5), True)
     assert torch.equal(y[~mask], x[~mask])
@@ -92,8 +95,9 @@ def test_router_receives_gradient():
 def test_stack_forward_mixes_dense_and_routed():
     x, P, w = setup_block()
     out = mod.stack_forward(x, [P, P], [None, w], 4)
-    torch.testing.assert_close(out, mod.mod_block(mod.dense_block(x, P), P, w, 4), atol=1e-12,
-                               rtol=0)
+    torch.testing.assert_close(
+        out, mod.mod_block(mod.dense_block(x, P), P, w, 4), atol=1e-12, rtol=0
+    )
 
 
 @pytest.mark.parametrize("C", [2, 8, 24])
@@ -105,8 +109,9 @@ def test_flops_measured_equal_analytic(C):
     assert mod.count_flops(mod.mod_block, x, P, w, C) == mod.stack_flops(T, d, h, [True], C, B)
     pattern = [False, True, True]
     rs = [None if not r else w for r in pattern]
-    assert (mod.count_flops(mod.stack_forward, x, [P] * 3, rs, C)
-            == mod.stack_flops(T, d, h, pattern, C, B))
+    assert mod.count_flops(mod.stack_forward, x, [P] * 3, rs, C) == mod.stack_flops(
+        T, d, h, pattern, C, B
+    )
 
 
 def test_block_flops_closed_form():

@@ -1,4 +1,4 @@
-"""Tests of mlbook.mla against independent references (explicit loops, float64, torch built-ins)."""
+"""Tests of mlbook.attention.mla against independent references (explicit loops, float64, torch built-ins)."""
 
 import math
 
@@ -7,20 +7,22 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from mlbook import mla
-from mlbook.rope import rope_rotation_matrix
+from mlbook.attention import mla
+from mlbook.attention.rope import rope_rotation_matrix
 
 CFG = mla.MLAConfig(d_model=24, n_heads=3, d_head=8, d_latent=10, d_rope=4, d_q_latent=12)
 
 
 def _layer(dtype=torch.float64, seed=0):
-    return mla.MultiHeadLatentAttention(CFG, generator=torch.Generator().manual_seed(seed),
-                                        dtype=dtype)
+    return mla.MultiHeadLatentAttention(
+        CFG, generator=torch.Generator().manual_seed(seed), dtype=dtype
+    )
 
 
 def _x(B=2, T=7, dtype=torch.float64, seed=1):
-    return torch.randn(B, T, CFG.d_model, generator=torch.Generator().manual_seed(seed),
-                       dtype=dtype)
+    return torch.randn(
+        B, T, CFG.d_model, generator=torch.Generator().manual_seed(seed), dtype=dtype
+    )
 
 
 def _reference_layer(layer, x):
@@ -58,8 +60,9 @@ def test_layer_matches_loop_reference(form):
 def test_naive_and_absorbed_agree_float32():
     layer, x = _layer(torch.float32), _x(dtype=torch.float32)
     with torch.no_grad():
-        torch.testing.assert_close(layer(x, form="naive"), layer(x, form="absorbed"),
-                                   atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            layer(x, form="naive"), layer(x, form="absorbed"), atol=1e-5, rtol=0
+        )
 
 
 def test_naive_attention_matches_torch_sdpa():
@@ -68,8 +71,9 @@ def test_naive_attention_matches_torch_sdpa():
     with torch.no_grad():
         q_nope, q_rope = layer.queries(x, pos)
         c, k_rope = layer.keys(x, pos)
-        out, _ = mla.mla_attention_naive(q_nope, q_rope, c, k_rope, layer.w_uk, layer.w_uv,
-                                         scale=CFG.scale)
+        out, _ = mla.mla_attention_naive(
+            q_nope, q_rope, c, k_rope, layer.w_uk, layer.w_uv, scale=CFG.scale
+        )
         k, v = mla.up_project(c, layer.w_uk, layer.w_uv)
         q = torch.cat([q_nope, q_rope], -1)
         k = torch.cat([k, k_rope[:, None].expand(-1, CFG.n_heads, -1, -1)], -1)
@@ -85,8 +89,12 @@ def test_absorption_identities():
     w_uv = torch.randn(3, 10, 8, generator=g, dtype=torch.float64)
     w_o = torch.randn(3, 8, 24, generator=g, dtype=torch.float64)
     k, v = mla.up_project(c, w_uk, w_uv)
-    torch.testing.assert_close(mla.absorb_query(q, w_uk) @ c[:, None].transpose(-2, -1),
-                               q @ k.transpose(-2, -1), atol=1e-12, rtol=0)
+    torch.testing.assert_close(
+        mla.absorb_query(q, w_uk) @ c[:, None].transpose(-2, -1),
+        q @ k.transpose(-2, -1),
+        atol=1e-12,
+        rtol=0,
+    )
     a = torch.softmax(torch.randn(2, 3, 5, 6, generator=g, dtype=torch.float64), -1)
     naive = torch.einsum("bhts,bhsd,hdo->bto", a, v, w_o)
     absorbed = torch.einsum("bhts,bsc,hco->bto", a, c, mla.absorb_output(w_uv, w_o))
@@ -100,7 +108,7 @@ def test_cached_decoding_equals_full_pass(form):
     with torch.no_grad():
         full = layer(x, form="naive")
         steps = [layer(x[:, :4], cache, form=form)]
-        steps += [layer(x[:, t:t + 1], cache, form=form) for t in range(4, 9)]
+        steps += [layer(x[:, t : t + 1], cache, form=form) for t in range(4, 9)]
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-12, rtol=0)
     assert cache.length == 9
 
@@ -132,8 +140,9 @@ def test_bad_input():
     with pytest.raises(TypeError):
         mla.MLAConfig(d_model=8.0, n_heads=2, d_head=4, d_latent=4, d_rope=2, d_q_latent=4)
     with pytest.raises(ValueError, match="rope_base"):
-        mla.MLAConfig(d_model=8, n_heads=2, d_head=4, d_latent=4, d_rope=2, d_q_latent=4,
-                      rope_base=1)
+        mla.MLAConfig(
+            d_model=8, n_heads=2, d_head=4, d_latent=4, d_rope=2, d_q_latent=4, rope_base=1
+        )
     with pytest.raises(ValueError, match="disagree on D"):
         mla.latent(torch.zeros(1, 2, 5), torch.zeros(4, 3))
     with pytest.raises(TypeError):
@@ -145,13 +154,25 @@ def test_bad_input():
     with pytest.raises(ValueError, match="disagree"):
         mla.absorb_output(torch.zeros(2, 5, 4), torch.zeros(2, 3, 6))
     with pytest.raises(ValueError, match="share"):
-        mla.mla_attention_absorbed(torch.zeros(1, 3, 4, 8), torch.zeros(1, 3, 5, 4),
-                                   torch.zeros(1, 6, 10), torch.zeros(1, 6, 4), layer.w_uk,
-                                   layer.w_uv, scale=1.0)
+        mla.mla_attention_absorbed(
+            torch.zeros(1, 3, 4, 8),
+            torch.zeros(1, 3, 5, 4),
+            torch.zeros(1, 6, 10),
+            torch.zeros(1, 6, 4),
+            layer.w_uk,
+            layer.w_uv,
+            scale=1.0,
+        )
     with pytest.raises(ValueError, match="disagree"):
-        mla.mla_attention_naive(torch.zeros(1, 3, 4, 8), torch.zeros(1, 3, 4, 4),
-                                torch.zeros(1, 6, 10), torch.zeros(1, 5, 4), layer.w_uk.double(),
-                                layer.w_uv.double(), scale=1.0)
+        mla.mla_attention_naive(
+            torch.zeros(1, 3, 4, 8),
+            torch.zeros(1, 3, 4, 4),
+            torch.zeros(1, 6, 10),
+            torch.zeros(1, 5, 4),
+            layer.w_uk.double(),
+            layer.w_uv.double(),
+            scale=1.0,
+        )
     with pytest.raises(ValueError, match="form"):
         layer(_x(), form="fast")
     with pytest.raises(ValueError, match="D=24"):

@@ -1,4 +1,4 @@
-"""mlbook.mlp against independent references: torch.nn, F.cross_entropy, autograd, np.interp."""
+"""mlbook.nn.mlp against independent references: torch.nn, F.cross_entropy, autograd, np.interp."""
 
 import math
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mlbook import mlp
+from mlbook.nn import mlp
 
 F64 = torch.float64
 ATOL = {torch.float64: 1e-12, torch.float32: 1e-5}
@@ -28,8 +28,7 @@ def _problem(gen, dtype=F64, B=9, D=6, H=5, K=3):
 
 
 def _torch_loss(params, X, y):
-    return F.cross_entropy(F.relu(X @ params["W1"] + params["b1"]) @ params["W2"] + params["b2"],
-                           y)
+    return F.cross_entropy(F.relu(X @ params["W1"] + params["b1"]) @ params["W2"] + params["b2"], y)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -87,21 +86,22 @@ def test_linear_backward_matches_autograd(gen):
 
 def test_training_matches_sgd_on_autograd_gradients(gen):
     params, X, y = _problem(gen, B=40)
-    ours, hist = mlp.train(params, X, y, lr=0.2, epochs=3, batch_size=16,
-                           generator=torch.Generator().manual_seed(5))
+    ours, hist = mlp.train(
+        params, X, y, lr=0.2, epochs=3, batch_size=16, generator=torch.Generator().manual_seed(5)
+    )
     leaf = {k: v.clone() for k, v in params.items()}
     shuffle = torch.Generator().manual_seed(5)
     for _ in range(3):
         order = torch.randperm(40, generator=shuffle)
         for i0 in range(0, 40, 16):
-            idx = order[i0:i0 + 16]
+            idx = order[i0 : i0 + 16]
             req = {k: v.clone().requires_grad_(True) for k, v in leaf.items()}
             gs = torch.autograd.grad(_torch_loss(req, X[idx], y[idx]), list(req.values()))
             leaf = {k: leaf[k] - 0.2 * g for k, g in zip(leaf, gs, strict=True)}
     for name in mlp.PARAM_NAMES:
         torch.testing.assert_close(ours[name], leaf[name], atol=1e-12, rtol=0)
     assert len(hist) == 3 and all(math.isfinite(h) for h in hist)
-    full, _ = mlp.sgd_epoch(params, X, y, lr=0.2)            # full batch = one step
+    full, _ = mlp.sgd_epoch(params, X, y, lr=0.2)  # full batch = one step
     step = mlp.sgd_step(params, mlp.loss_and_grads(params, X, y)[1], 0.2)
     for name in mlp.PARAM_NAMES:
         torch.testing.assert_close(full[name], step[name], atol=0, rtol=0)
@@ -109,7 +109,7 @@ def test_training_matches_sgd_on_autograd_gradients(gen):
 
 def test_training_reduces_loss_and_predict_accuracy(gen):
     X = torch.randn(200, 2, generator=gen, dtype=F64)
-    y = (X[:, 0] * X[:, 1] > 0).long()                        # XOR of the signs
+    y = (X[:, 0] * X[:, 1] > 0).long()  # XOR of the signs
     params = mlp.init_mlp(2, 16, 2, generator=torch.Generator().manual_seed(1))
     trained, hist = mlp.train(params, X, y, lr=0.5, epochs=300)
     assert hist[-1] < 0.5 * hist[0]
@@ -130,13 +130,14 @@ def test_init_std_and_layers():
 def test_he_preserves_relu_variance_and_lecun_halves_it():
     X = torch.randn(512, 256, generator=torch.Generator().manual_seed(0))
     for scheme, factor in (("he", 1.0), ("lecun", 0.5)):
-        layers = mlp.init_layers([256] * 6, scheme, generator=torch.Generator().manual_seed(1),
-                                 dtype=torch.float32)
+        layers = mlp.init_layers(
+            [256] * 6, scheme, generator=torch.Generator().manual_seed(1), dtype=torch.float32
+        )
         _, pre = mlp.deep_forward(X, layers, "relu")
         v = np.array([z.pow(2).mean().item() for z in pre])
         relu2 = np.array([z.clamp_min(0).pow(2).mean().item() for z in pre[:-1]])
         gain = 256 * mlp.init_std(256, 256, scheme) ** 2
-        per_layer = v[1:] / (gain * relu2)                     # eq. 14.5, layer by layer
+        per_layer = v[1:] / (gain * relu2)  # eq. 14.5, layer by layer
         assert np.all(np.abs(per_layer - 1) < 0.1), per_layer
         overall = (v[-1] / v[0]) ** (1 / (len(v) - 1))  # geometric mean per layer
         assert abs(overall / factor - 1) < 0.1, overall
@@ -171,7 +172,7 @@ def test_interpolation_error_bound():
         params = mlp.relu_interpolant(knots, torch.exp(2 * knots))
         x = torch.linspace(0, 1, 20001, dtype=F64)
         err = (mlp.forward(params, x[:, None])[0][:, 0] - torch.exp(2 * x)).abs().max().item()
-        bound = (1 / m) ** 2 * 4 * math.exp(2) / 8                  # max |f''| = 4 e^2
+        bound = (1 / m) ** 2 * 4 * math.exp(2) / 8  # max |f''| = 4 e^2
         assert err <= bound
         assert err >= 0.5 * bound
 
@@ -200,11 +201,14 @@ def test_symmetric_units_stay_identical():
     gen = torch.Generator().manual_seed(3)
     X = torch.randn(30, 4, generator=gen, dtype=F64)
     y = torch.randint(0, 3, (30,), generator=gen)
-    params = {"W1": torch.full((4, 6), 0.2, dtype=F64), "b1": torch.zeros(6, dtype=F64),
-              "W2": torch.full((6, 3), 0.1, dtype=F64), "b2": torch.zeros(3, dtype=F64)}
+    params = {
+        "W1": torch.full((4, 6), 0.2, dtype=F64),
+        "b1": torch.zeros(6, dtype=F64),
+        "W2": torch.full((6, 3), 0.1, dtype=F64),
+        "b2": torch.zeros(3, dtype=F64),
+    }
     trained, _ = mlp.train(params, X, y, lr=0.3, epochs=50)
-    torch.testing.assert_close(trained["W1"], trained["W1"][:, :1].expand(4, 6), atol=1e-13,
-                               rtol=0)
+    torch.testing.assert_close(trained["W1"], trained["W1"][:, :1].expand(4, 6), atol=1e-13, rtol=0)
     assert (trained["W1"] - params["W1"]).abs().max() > 1e-3
 
 

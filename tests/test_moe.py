@@ -1,11 +1,11 @@
-"""Unit tests of mlbook.moe: routing, routed vs dense MoE, balancing, capacity (chapter 27)."""
+"""Unit tests of mlbook.architectures.moe: routing, routed vs dense MoE, balancing, capacity (chapter 27)."""
 
 import math
 
 import pytest
 import torch
 
-from mlbook import moe
+from mlbook.architectures import moe
 
 TOL = {torch.float64: 1e-12, torch.float32: 1e-5}
 DTYPES = [torch.float64, torch.float32]
@@ -33,11 +33,13 @@ def test_topk_route_matches_torch(dtype, k):
     torch.testing.assert_close(rt.probs, torch.softmax(logits, -1), atol=TOL[dtype], rtol=0)
     assert torch.equal(rt.idx, torch.topk(logits, k, dim=-1).indices)
     # Mixtral gates are a softmax over the selected logits.
-    torch.testing.assert_close(rt.gates, torch.softmax(logits.gather(1, rt.idx), -1),
-                               atol=TOL[dtype], rtol=0)
+    torch.testing.assert_close(
+        rt.gates, torch.softmax(logits.gather(1, rt.idx), -1), atol=TOL[dtype], rtol=0
+    )
     raw = moe.topk_route(logits, k, renormalize=False)
-    torch.testing.assert_close(raw.gates, torch.softmax(logits, -1).gather(1, raw.idx),
-                               atol=TOL[dtype], rtol=0)
+    torch.testing.assert_close(
+        raw.gates, torch.softmax(logits, -1).gather(1, raw.idx), atol=TOL[dtype], rtol=0
+    )
 
 
 def test_bias_changes_selection_not_gates():
@@ -96,8 +98,9 @@ def test_routed_gradients_match_dense():
         if impl == "routed":
             y = moe.moe_routed(x, rt.idx, rt.gates, leaves["W"], leaves["V"], leaves["W2"])
         else:
-            y = moe.moe_dense(x, moe.gate_matrix(rt.idx, rt.gates, 6), leaves["W"],
-                              leaves["V"], leaves["W2"])
+            y = moe.moe_dense(
+                x, moe.gate_matrix(rt.idx, rt.gates, 6), leaves["W"], leaves["V"], leaves["W2"]
+            )
         (y**2).sum().backward()
         grads.append(torch.cat([leaves[n].grad.reshape(-1) for n in P]))
     torch.testing.assert_close(grads[0], grads[1], atol=1e-11, rtol=0)
@@ -110,8 +113,7 @@ def test_routed_with_capacity_matches_masked_dense():
     assert (~keep).any()
     y = moe.moe_routed(x, rt.idx, rt.gates, P["W"], P["V"], P["W2"], keep=keep)
     G = moe.gate_matrix(rt.idx, rt.gates * keep, 6)
-    torch.testing.assert_close(y, moe.moe_dense(x, G, P["W"], P["V"], P["W2"]), atol=1e-12,
-                               rtol=0)
+    torch.testing.assert_close(y, moe.moe_dense(x, G, P["W"], P["V"], P["W2"]), atol=1e-12, rtol=0)
 
 
 # --- balancing (eq. 27.3) ------------------------------------------------------------------------
@@ -141,14 +143,16 @@ def test_balancing_grad_matches_autograd(k):
     rt = moe.topk_route(r, k)
     moe.load_balancing_loss(rt.probs, rt.idx, 0.3).backward()
     f = moe.expert_load(rt.idx, 7)
-    torch.testing.assert_close(moe.load_balancing_loss_grad(logits, f, 0.3), r.grad,
-                               atol=1e-15, rtol=0)
+    torch.testing.assert_close(
+        moe.load_balancing_loss_grad(logits, f, 0.3), r.grad, atol=1e-15, rtol=0
+    )
 
 
 def test_expert_load_and_mean_prob():
     idx = torch.tensor([[0, 1], [0, 2], [0, 1]])
-    torch.testing.assert_close(moe.expert_load(idx, 4),
-                               torch.tensor([0.5, 1 / 3, 1 / 6, 0.0], dtype=torch.float64))
+    torch.testing.assert_close(
+        moe.expert_load(idx, 4), torch.tensor([0.5, 1 / 3, 1 / 6, 0.0], dtype=torch.float64)
+    )
     probs = torch.tensor([[0.5, 0.5], [1.0, 0.0]])
     torch.testing.assert_close(moe.mean_router_prob(probs), torch.tensor([0.75, 0.25]))
 
@@ -186,10 +190,12 @@ def test_capacity_priority_first_choices_first():
 def test_bias_update_rule_and_balancing():
     b = torch.zeros(4, dtype=torch.float64)
     f = torch.tensor([0.5, 0.25, 0.15, 0.10], dtype=torch.float64)
-    torch.testing.assert_close(moe.bias_update(b, f, 0.1),
-                               torch.tensor([-0.1, 0.0, 0.1, 0.1], dtype=torch.float64))
+    torch.testing.assert_close(
+        moe.bias_update(b, f, 0.1), torch.tensor([-0.1, 0.0, 0.1, 0.1], dtype=torch.float64)
+    )
     logits = torch.randn(1000, 4, generator=gen(6), dtype=torch.float64) + torch.tensor(
-        [1.0, 0.3, 0.0, 0.0], dtype=torch.float64)
+        [1.0, 0.3, 0.0, 0.0], dtype=torch.float64
+    )
     b = torch.zeros(4, dtype=torch.float64)
     for _ in range(400):
         f = moe.expert_load(moe.topk_route(logits, 1, bias=b).idx, 4)
@@ -210,12 +216,29 @@ def test_mixtral_counts():
 
 def test_counts_match_transformers_small():
     transformers = pytest.importorskip("transformers")
-    cfg = moe.MoEConfig(vocab=97, d_model=24, n_layers=3, n_heads=6, n_kv_heads=2, head_dim=4,
-                        d_ff=40, n_experts=4, top_k=2)
-    hf = transformers.MixtralConfig(vocab_size=97, hidden_size=24, intermediate_size=40,
-                                    num_hidden_layers=3, num_attention_heads=6,
-                                    num_key_value_heads=2, head_dim=4, num_local_experts=4,
-                                    num_experts_per_tok=2, tie_word_embeddings=False)
+    cfg = moe.MoEConfig(
+        vocab=97,
+        d_model=24,
+        n_layers=3,
+        n_heads=6,
+        n_kv_heads=2,
+        head_dim=4,
+        d_ff=40,
+        n_experts=4,
+        top_k=2,
+    )
+    hf = transformers.MixtralConfig(
+        vocab_size=97,
+        hidden_size=24,
+        intermediate_size=40,
+        num_hidden_layers=3,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        head_dim=4,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        tie_word_embeddings=False,
+    )
     with torch.device("meta"):
         model = transformers.MixtralForCausalLM(hf)
     assert moe.count_parameters(cfg)["total"] == sum(p.numel() for p in model.parameters())
@@ -267,8 +290,9 @@ def test_bad_input_raises():
     with pytest.raises(TypeError):
         moe.moe_routed(x, rt.idx, rt.gates, P["W"], P["V"], P["W2"], keep=rt.idx)
     with pytest.raises(ValueError):
-        moe.moe_routed(x, rt.idx, rt.gates, P["W"], P["V"], P["W2"],
-                       keep=torch.ones(3, 2, dtype=torch.bool))
+        moe.moe_routed(
+            x, rt.idx, rt.gates, P["W"], P["V"], P["W2"], keep=torch.ones(3, 2, dtype=torch.bool)
+        )
     with pytest.raises(ValueError):
         moe.expert_load(torch.zeros(0, 1, dtype=torch.long), 3)
     with pytest.raises(ValueError):

@@ -1,12 +1,12 @@
-"""Unit tests of mlbook.multihead against torch.nn.MultiheadAttention and counts (chapter 20)."""
+"""Unit tests of mlbook.attention.multihead against torch.nn.MultiheadAttention and counts (chapter 20)."""
 
 import pytest
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from mlbook import attention as at
-from mlbook import multihead as mh
+from mlbook.attention import dot_product as at
+from mlbook.attention import multihead as mh
 
 # float64 agrees with torch's MHA to a few ulps of unit-size outputs; float32 to ~1e-6.
 TOL = {torch.float64: 1e-12, torch.float32: 2e-5}
@@ -18,8 +18,7 @@ def randn(*shape, dtype=torch.float64, seed=0):
 
 def torch_pair(d=16, H=4, kdim=None, bias=True, dtype=torch.float64, seed=0):
     torch.manual_seed(seed)
-    t = nn.MultiheadAttention(d, H, bias=bias, batch_first=True, kdim=kdim, vdim=kdim,
-                              dtype=dtype)
+    t = nn.MultiheadAttention(d, H, bias=bias, batch_first=True, kdim=kdim, vdim=kdim, dtype=dtype)
     with torch.no_grad():
         for p in t.parameters():  # non-zero biases too, so that their placement is tested
             p.copy_(0.3 * randn(*p.shape, dtype=dtype, seed=seed + p.numel()))
@@ -120,8 +119,9 @@ def test_self_attention_input_gradient_is_sum_of_three():
     torch.testing.assert_close(gx, sum(grads), atol=1e-12, rtol=0)
 
 
-@pytest.mark.parametrize("d,H,kdim,bias", [(16, 4, None, True), (24, 3, None, False),
-                                           (16, 2, 10, True)])
+@pytest.mark.parametrize(
+    "d,H,kdim,bias", [(16, 4, None, True), (24, 3, None, False), (16, 2, 10, True)]
+)
 def test_param_count_matches_tensors(d, H, kdim, bias):
     t, m = torch_pair(d, H, kdim=kdim, bias=bias)
     n = mh.param_count(d, bias=bias, d_kv=kdim)
@@ -131,8 +131,10 @@ def test_param_count_matches_tensors(d, H, kdim, bias):
         assert n == 4 * d * d + (4 * d if bias else 0)
 
 
-@pytest.mark.parametrize("B,T_q,T_k,d,H,kdim", [(2, 7, None, 16, 4, None), (1, 5, 9, 16, 2, 10),
-                                                (3, 11, None, 24, 6, None)])
+@pytest.mark.parametrize(
+    "B,T_q,T_k,d,H,kdim",
+    [(2, 7, None, 16, 4, None), (1, 5, 9, 16, 2, 10), (3, 11, None, 24, 6, None)],
+)
 def test_cost_matches_flop_counter(B, T_q, T_k, d, H, kdim):
     _, m = torch_pair(d, H, kdim=kdim)
     x_q = randn(B, T_q, d)

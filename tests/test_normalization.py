@@ -1,4 +1,4 @@
-"""mlbook.normalization against torch (F.layer_norm, F.rms_norm, nn.BatchNorm1d) and autograd."""
+"""mlbook.nn.normalization against torch (F.layer_norm, F.rms_norm, nn.BatchNorm1d) and autograd."""
 
 import math
 
@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mlbook import normalization as nz
+from mlbook.nn import normalization as nz
 
 F64 = torch.float64
 TOL = {torch.float64: 1e-12, torch.float32: 1e-5}
@@ -23,8 +23,9 @@ def test_layer_norm_forward_matches_torch(gen, dtype):
     x = (torch.randn(3, 5, 8, generator=gen, dtype=F64) * 4 - 2).to(dtype)
     g = torch.randn(8, generator=gen, dtype=F64).to(dtype)
     b = torch.randn(8, generator=gen, dtype=F64).to(dtype)
-    torch.testing.assert_close(nz.layer_norm(x, g, b), F.layer_norm(x, (8,), g, b, 1e-5),
-                               atol=TOL[dtype], rtol=0)
+    torch.testing.assert_close(
+        nz.layer_norm(x, g, b), F.layer_norm(x, (8,), g, b, 1e-5), atol=TOL[dtype], rtol=0
+    )
     torch.testing.assert_close(nz.layer_norm(x), F.layer_norm(x, (8,)), atol=TOL[dtype], rtol=0)
 
 
@@ -38,8 +39,7 @@ def test_layer_norm_backward_matches_autograd_and_naive(gen):
     mine = nz.layer_norm_backward(dy, x, g)
     for a, r in zip(mine, ref, strict=True):
         torch.testing.assert_close(a, r, atol=1e-12, rtol=0)
-    torch.testing.assert_close(nz.layer_norm_backward_naive(dy, x, g), mine[0], atol=1e-12,
-                               rtol=0)
+    torch.testing.assert_close(nz.layer_norm_backward_naive(dy, x, g), mine[0], atol=1e-12, rtol=0)
     assert torch.autograd.gradcheck(lambda a: nz.layer_norm(a, g, b), (xr[0, :2],))
 
 
@@ -57,8 +57,9 @@ def test_standardize_along_batch_axis(gen):
     x = torch.randn(10, 3, generator=gen, dtype=F64)
     x_hat, inv_std = nz.standardize(x, dim=0, eps=0.0)
     torch.testing.assert_close(x_hat.mean(0), torch.zeros(3, dtype=F64), atol=1e-14, rtol=0)
-    torch.testing.assert_close(x_hat.var(0, unbiased=False), torch.ones(3, dtype=F64),
-                               atol=1e-14, rtol=0)
+    torch.testing.assert_close(
+        x_hat.var(0, unbiased=False), torch.ones(3, dtype=F64), atol=1e-14, rtol=0
+    )
     assert inv_std.shape == (1, 3)
 
 
@@ -66,8 +67,9 @@ def test_standardize_along_batch_axis(gen):
 def test_rms_norm_matches_torch(gen, dtype):
     x = (torch.randn(4, 9, generator=gen, dtype=F64) * 3 + 1).to(dtype)
     g = torch.randn(9, generator=gen, dtype=F64).to(dtype)
-    torch.testing.assert_close(nz.rms_norm(x, g, 1e-6), F.rms_norm(x, (9,), g, 1e-6),
-                               atol=TOL[dtype], rtol=0)
+    torch.testing.assert_close(
+        nz.rms_norm(x, g, 1e-6), F.rms_norm(x, (9,), g, 1e-6), atol=TOL[dtype], rtol=0
+    )
     layer = nn.RMSNorm(9, eps=1e-6).to(dtype)
     with torch.no_grad():
         layer.weight.copy_(g)
@@ -83,8 +85,7 @@ def test_rms_norm_backward_matches_autograd_and_naive(gen):
     mine = nz.rms_norm_backward(dy, x, g)
     for a, r in zip(mine, ref, strict=True):
         torch.testing.assert_close(a, r, atol=1e-12, rtol=0)
-    torch.testing.assert_close(nz.rms_norm_backward_naive(dy, x, g), mine[0], atol=1e-12,
-                               rtol=0)
+    torch.testing.assert_close(nz.rms_norm_backward_naive(dy, x, g), mine[0], atol=1e-12, rtol=0)
     J_auto = torch.autograd.functional.jacobian(lambda v: nz.rms_norm(v), x[0, 0])
     torch.testing.assert_close(nz.rms_norm_jacobian(x[0, 0]), J_auto, atol=1e-12, rtol=0)
 
@@ -92,8 +93,9 @@ def test_rms_norm_backward_matches_autograd_and_naive(gen):
 def test_rms_norm_equals_layer_norm_on_centred_rows(gen):
     x = torch.randn(5, 8, generator=gen, dtype=F64) + 3
     c = x - x.mean(-1, keepdim=True)
-    torch.testing.assert_close(nz.rms_norm(c, eps=1e-5), nz.layer_norm(x, eps=1e-5), atol=1e-12,
-                               rtol=0)
+    torch.testing.assert_close(
+        nz.rms_norm(c, eps=1e-5), nz.layer_norm(x, eps=1e-5), atol=1e-12, rtol=0
+    )
 
 
 def test_batch_norm_matches_nn_batchnorm1d_over_steps(gen):
@@ -130,8 +132,9 @@ def test_batch_norm_backward_matches_autograd(gen):
 
 def test_update_running_stats_formula():
     rm, rv = torch.tensor([1.0]), torch.tensor([2.0])
-    new_m, new_v = nz.update_running_stats(rm, rv, torch.tensor([3.0]), torch.tensor([4.0]), 5,
-                                           momentum=0.25)
+    new_m, new_v = nz.update_running_stats(
+        rm, rv, torch.tensor([3.0]), torch.tensor([4.0]), 5, momentum=0.25
+    )
     assert new_m.item() == pytest.approx(0.75 * 1 + 0.25 * 3)
     assert new_v.item() == pytest.approx(0.75 * 2 + 0.25 * 4 * 5 / 4)
 
@@ -161,11 +164,13 @@ def test_stack_arrangements_and_grad_norms(gen):
     x = torch.randn(4, 8, generator=gen, dtype=F64)
     W1, W2 = blocks[0]
     out, states = nz.stack_forward(x, blocks[:1], "post_ln")
-    torch.testing.assert_close(out, F.layer_norm(x + nz.mlp_block(x, W1, W2), (8,)), atol=1e-12,
-                               rtol=0)
+    torch.testing.assert_close(
+        out, F.layer_norm(x + nz.mlp_block(x, W1, W2), (8,)), atol=1e-12, rtol=0
+    )
     out, states = nz.stack_forward(x, blocks[:1], "pre_ln")
-    torch.testing.assert_close(states[1], x + nz.mlp_block(F.layer_norm(x, (8,)), W1, W2),
-                               atol=1e-12, rtol=0)
+    torch.testing.assert_close(
+        states[1], x + nz.mlp_block(F.layer_norm(x, (8,)), W1, W2), atol=1e-12, rtol=0
+    )
     torch.testing.assert_close(out, F.layer_norm(states[1], (8,)), atol=1e-12, rtol=0)
     probe = torch.randn(4, 8, generator=gen, dtype=F64)
     s_norms, w_norms = nz.stack_grad_norms(x, blocks, probe, "residual")

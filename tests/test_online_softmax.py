@@ -1,4 +1,4 @@
-"""Unit tests of mlbook.online_softmax against torch's softmax, logsumexp and SDPA (chapter 26)."""
+"""Unit tests of mlbook.attention.online_softmax against torch's softmax, logsumexp and SDPA (chapter 26)."""
 
 import itertools
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mlbook import online_softmax as osm
+from mlbook.attention import online_softmax as osm
 
 TOL = {torch.float64: 1e-12, torch.float32: 2e-6}
 DTYPES = [torch.float64, torch.float32]
@@ -33,12 +33,13 @@ def test_streaming_stats_and_softmax(dtype, n, block):
     m, l = osm.streaming_stats(s, block)
     torch.testing.assert_close(m, s.amax(-1), atol=0, rtol=0)
     torch.testing.assert_close(m + l.log(), torch.logsumexp(s, -1), atol=TOL[dtype] * 10, rtol=0)
-    torch.testing.assert_close(osm.streaming_softmax(s, block), torch.softmax(s, -1),
-                               atol=TOL[dtype], rtol=0)
+    torch.testing.assert_close(
+        osm.streaming_softmax(s, block), torch.softmax(s, -1), atol=TOL[dtype], rtol=0
+    )
     _, _, steps = osm.streaming_stats(s, block, history=True)
     assert len(steps) == -(-n // block)
     for b, (m_t, _) in enumerate(steps):  # the running max is the max of the prefix read so far
-        torch.testing.assert_close(m_t, s[:, :(b + 1) * block].amax(-1), atol=0, rtol=0)
+        torch.testing.assert_close(m_t, s[:, : (b + 1) * block].amax(-1), atol=0, rtol=0)
 
 
 def test_large_scores_do_not_overflow():
@@ -50,8 +51,8 @@ def test_large_scores_do_not_overflow():
 
 def test_masked_entries_and_all_masked_rows():
     s = randn(3, 10)
-    s[0, 3:] = NEG_INF                    # partly masked row
-    s[1] = NEG_INF                        # fully masked row: m = -inf, l = 0, probabilities 0
+    s[0, 3:] = NEG_INF  # partly masked row
+    s[1] = NEG_INF  # fully masked row: m = -inf, l = 0, probabilities 0
     m, l = osm.streaming_stats(s, 4)
     assert m[1] == NEG_INF and l[1] == 0
     p = osm.streaming_softmax(s, 4)
@@ -79,9 +80,12 @@ def test_merge_is_associative_commutative_with_identity():
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_merge_states_in_any_order_gives_attention(dtype):
-    q, k, v = randn(3, 8, dtype=dtype), randn(23, 8, dtype=dtype, seed=1), randn(23, 5, dtype=dtype,
-                                                                                    seed=2)
-    s = q @ k.T / 8 ** 0.5
+    q, k, v = (
+        randn(3, 8, dtype=dtype),
+        randn(23, 8, dtype=dtype, seed=1),
+        randn(23, 5, dtype=dtype, seed=2),
+    )
+    s = q @ k.T / 8**0.5
     ref = F.scaled_dot_product_attention(q, k, v)
     cuts = [(0, 5), (5, 6), (6, 17), (17, 23)]
     states = [osm.block_state(s[:, a:b], v[a:b]) for a, b in cuts]
@@ -91,25 +95,33 @@ def test_merge_states_in_any_order_gives_attention(dtype):
             st = osm.merge_states(st, states[i])
         torch.testing.assert_close(osm.finalize(st[2], st[1]), ref, atol=TOL[dtype] * 10, rtol=0)
     # a tree: (0 1) (2 3)
-    tree = osm.merge_states(osm.merge_states(states[0], states[1]),
-                            osm.merge_states(states[2], states[3]))
+    tree = osm.merge_states(
+        osm.merge_states(states[0], states[1]), osm.merge_states(states[2], states[3])
+    )
     torch.testing.assert_close(osm.finalize(tree[2], tree[1]), ref, atol=TOL[dtype] * 10, rtol=0)
 
 
 @pytest.mark.parametrize("block", [1, 3, 8, 50])
 def test_streaming_attention_matches_sdpa(block):
     q, k, v = randn(2, 6, 16), randn(37, 16, seed=1), randn(37, 9, seed=2)
-    torch.testing.assert_close(osm.streaming_attention(q, k, v, block),
-                               F.scaled_dot_product_attention(q, k, v), atol=1e-12, rtol=0)
-    torch.testing.assert_close(osm.streaming_attention(q[0, 0], k, v, block, scale=0.3),
-                               F.scaled_dot_product_attention(q[0, :1], k, v, scale=0.3)[0],
-                               atol=1e-12, rtol=0)
+    torch.testing.assert_close(
+        osm.streaming_attention(q, k, v, block),
+        F.scaled_dot_product_attention(q, k, v),
+        atol=1e-12,
+        rtol=0,
+    )
+    torch.testing.assert_close(
+        osm.streaming_attention(q[0, 0], k, v, block, scale=0.3),
+        F.scaled_dot_product_attention(q[0, :1], k, v, scale=0.3)[0],
+        atol=1e-12,
+        rtol=0,
+    )
 
 
 def test_negative_control_without_rescaling_is_wrong():
     # Summing block sums without the factor e^(m_old - m_new) of eq. 26.2 gives a wrong l.
     s = randn(2, 20, scale=4.0)
-    wrong = sum(osm.softmax_stats(s[:, a:a + 5])[1] for a in range(0, 20, 5))
+    wrong = sum(osm.softmax_stats(s[:, a : a + 5])[1] for a in range(0, 20, 5))
     assert (wrong - osm.softmax_stats(s)[1]).abs().max() > 0.1
 
 

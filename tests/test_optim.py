@@ -1,4 +1,4 @@
-"""mlbook.optim against torch.optim, torch.nn.utils.clip_grad_norm_, NumPy and closed forms."""
+"""mlbook.nn.optim against torch.optim, torch.nn.utils.clip_grad_norm_, NumPy and closed forms."""
 
 import math
 
@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from mlbook import optim as opt
+from mlbook.nn import optim as opt
 
 F64_ATOL = 1e-12  # float64: a few hundred steps of rounding at most
-F32_RTOL = 1e-5   # float32: torch fuses some operations (lerp, addcdiv) differently
+F32_RTOL = 1e-5  # float32: torch fuses some operations (lerp, addcdiv) differently
 
 
 def spd(d, seed, dtype=torch.float64):
@@ -51,8 +51,9 @@ def test_gd_on_quadratic_closed_form_and_stability_limit():
     M = np.eye(4) - lr * H.numpy()
     ref = np.stack([np.linalg.matrix_power(M, t) @ th0.numpy() for t in range(26)])
     np.testing.assert_allclose(traj.numpy(), ref, atol=1e-12)
-    assert opt.stability_limit(H) == pytest.approx(2 / np.linalg.eigvalsh(H.numpy()).max(),
-                                                   rel=1e-12)
+    assert opt.stability_limit(H) == pytest.approx(
+        2 / np.linalg.eigvalsh(H.numpy()).max(), rel=1e-12
+    )
     # just below the limit GD converges, just above it diverges
     lim = opt.stability_limit(H)
     assert opt.gd_on_quadratic(H, th0, 0.99 * lim, 3000)[-1].norm() < 1e-3
@@ -81,14 +82,24 @@ def test_momentum_conventions_differ_when_lr_changes():
         return 0.1 if t < 10 else 0.01
 
     ref = run_on_quadratic(
-        lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9), H, th0, 30,
-        lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda t: schedule(t) / 0.1))
+        lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+        H,
+        th0,
+        30,
+        lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda t: schedule(t) / 0.1),
+    )
     sheet = run_on_quadratic(
         lambda ps: opt.Optimizer(ps, opt.OptimizerConfig("momentum", beta=0.9), schedule),
-        H, th0, 30)
+        H,
+        th0,
+        30,
+    )
     torch_conv = run_on_quadratic(
         lambda ps: opt.Optimizer(ps, opt.OptimizerConfig("momentum_torch", beta=0.9), schedule),
-        H, th0, 30)
+        H,
+        th0,
+        30,
+    )
     torch.testing.assert_close(torch_conv, ref, rtol=0, atol=F64_ATOL)
     assert (sheet - ref).abs().max() > 1e-3
 
@@ -129,8 +140,9 @@ def test_adam_variants_match_torch(kind, wd, dtype):
     ref = run_on_quadratic(lambda ps: cls(ps, lr=0.05, weight_decay=wd), H, th0, 80)
     th, m, v, out = th0, torch.zeros_like(th0), torch.zeros_like(th0), [th0]
     for t in range(1, 81):
-        th, m, v = opt.adamw_step(th, m, v, H @ th, t, lr=0.05, weight_decay=wd,
-                                  decoupled=kind == "adamw")
+        th, m, v = opt.adamw_step(
+            th, m, v, H @ th, t, lr=0.05, weight_decay=wd, decoupled=kind == "adamw"
+        )
         out.append(th)
     if dtype == torch.float64:
         torch.testing.assert_close(torch.stack(out), ref, rtol=0, atol=F64_ATOL)
@@ -140,12 +152,14 @@ def test_adam_variants_match_torch(kind, wd, dtype):
 
 def test_adam_without_bias_correction_closed_form():
     one = torch.ones(1, dtype=torch.float64)
-    th, m, v = torch.zeros(1, dtype=torch.float64), torch.zeros(1, dtype=torch.float64), \
-        torch.zeros(1, dtype=torch.float64)
+    th, m, v = (
+        torch.zeros(1, dtype=torch.float64),
+        torch.zeros(1, dtype=torch.float64),
+        torch.zeros(1, dtype=torch.float64),
+    )
     for t in range(1, 50):
         new, m, v = opt.adamw_step(th, m, v, one, t, lr=1.0, eps=0.0, bias_correction=False)
-        assert (th - new).item() == pytest.approx((1 - 0.9**t) / math.sqrt(1 - 0.999**t),
-                                                  rel=1e-12)
+        assert (th - new).item() == pytest.approx((1 - 0.9**t) / math.sqrt(1 - 0.999**t), rel=1e-12)
         th = new
 
 
@@ -154,8 +168,9 @@ def test_l2_differs_from_decoupled_decay():
     th_l2 = th_w = th0
     m1 = v1 = m2 = v2 = torch.zeros(3, dtype=torch.float64)
     for t in range(1, 50):
-        th_l2, m1, v1 = opt.adamw_step(th_l2, m1, v1, H @ th_l2, t, lr=0.05, weight_decay=0.5,
-                                       decoupled=False)
+        th_l2, m1, v1 = opt.adamw_step(
+            th_l2, m1, v1, H @ th_l2, t, lr=0.05, weight_decay=0.5, decoupled=False
+        )
         th_w, m2, v2 = opt.adamw_step(th_w, m2, v2, H @ th_w, t, lr=0.05, weight_decay=0.5)
     assert (th_l2 - th_w).abs().max() > 1e-2
 
@@ -166,8 +181,10 @@ def test_l2_differs_from_decoupled_decay():
 @pytest.mark.parametrize("scale", [100.0, 0.01])
 def test_clip_grad_norm_matches_torch(scale):
     gen = torch.Generator().manual_seed(8)
-    grads = [scale * torch.randn(s, generator=gen, dtype=torch.float64)
-             for s in [(3, 4), (5,), (2, 2, 2)]]
+    grads = [
+        scale * torch.randn(s, generator=gen, dtype=torch.float64)
+        for s in [(3, 4), (5,), (2, 2, 2)]
+    ]
     holders = [torch.zeros_like(g, requires_grad=True) for g in grads]
     for h, g in zip(holders, grads, strict=True):
         h.grad = g.clone()
@@ -176,8 +193,9 @@ def test_clip_grad_norm_matches_torch(scale):
     torch.testing.assert_close(total, total_ref, rtol=0, atol=1e-12)
     for c, h in zip(clipped, holders, strict=True):
         torch.testing.assert_close(c, h.grad, rtol=0, atol=1e-14)
-    torch.testing.assert_close(opt.global_grad_norm(grads), opt.global_grad_norm_naive(grads),
-                               rtol=1e-14, atol=0)
+    torch.testing.assert_close(
+        opt.global_grad_norm(grads), opt.global_grad_norm_naive(grads), rtol=1e-14, atol=0
+    )
     expected_norm = min(1.0, float(total))
     assert float(opt.global_grad_norm(clipped)) == pytest.approx(expected_norm, rel=1e-5)
 
@@ -193,24 +211,34 @@ def test_clip_zero_gradient_and_single_tensor():
 # --- the wrapper ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("config,make_torch", [
-    (opt.OptimizerConfig("sgd", lr=0.1), lambda ps: torch.optim.SGD(ps, lr=0.1)),
-    (opt.OptimizerConfig("momentum", lr=0.05, beta=0.8),
-     lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.8)),
-    (opt.OptimizerConfig("adamw", lr=0.02, weight_decay=0.1, beta2=0.99),
-     lambda ps: torch.optim.AdamW(ps, lr=0.02, weight_decay=0.1, betas=(0.9, 0.99))),
-])
+@pytest.mark.parametrize(
+    "config,make_torch",
+    [
+        (opt.OptimizerConfig("sgd", lr=0.1), lambda ps: torch.optim.SGD(ps, lr=0.1)),
+        (
+            opt.OptimizerConfig("momentum", lr=0.05, beta=0.8),
+            lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.8),
+        ),
+        (
+            opt.OptimizerConfig("adamw", lr=0.02, weight_decay=0.1, beta2=0.99),
+            lambda ps: torch.optim.AdamW(ps, lr=0.02, weight_decay=0.1, betas=(0.9, 0.99)),
+        ),
+    ],
+)
 def test_optimizer_wrapper_matches_torch_on_two_tensors(config, make_torch):
     gen = torch.Generator().manual_seed(9)
     X = torch.randn(20, 3, generator=gen, dtype=torch.float64)
     y = torch.randn(20, generator=gen, dtype=torch.float64)
-    init = [0.3 * torch.randn(3, 4, generator=gen, dtype=torch.float64),
-            0.3 * torch.randn(4, generator=gen, dtype=torch.float64)]
+    init = [
+        0.3 * torch.randn(3, 4, generator=gen, dtype=torch.float64),
+        0.3 * torch.randn(4, generator=gen, dtype=torch.float64),
+    ]
 
     def go(make):
         ps = [p.clone().requires_grad_(True) for p in init]
-        return opt.trajectory(ps, lambda: ((torch.tanh(X @ ps[0]) @ ps[1] - y) ** 2).mean(),
-                              make(ps), 50)
+        return opt.trajectory(
+            ps, lambda: ((torch.tanh(X @ ps[0]) @ ps[1] - y) ** 2).mean(), make(ps), 50
+        )
 
     (t1, l1), (t2, l2) = go(lambda ps: opt.Optimizer(ps, config)), go(make_torch)
     assert t1.shape == (51, 16) and l1.shape == (51,)

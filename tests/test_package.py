@@ -10,10 +10,11 @@ import pytest
 import mlbook
 
 # flash_triton: importing it may set TRITON_INTERPRET; assign: a command (`python -m
-# mlbook.assign`), which runpy warns about when the package has already imported it.
+# mlbook.teaching.assign`), which runpy warns about when the package has already imported it.
 EXPLICIT_ONLY = {"flash_triton", "assign"}
-MODULES = sorted(m.name for m in pkgutil.iter_modules(mlbook.__path__)
-                 if not m.name.startswith("_"))  # _validation: private argument checks
+MODULES = sorted(
+    m.name for m in pkgutil.iter_modules(mlbook.__path__) if not m.name.startswith("_")
+)  # _validation: private argument checks
 
 
 def test_every_module_is_listed_and_exported():
@@ -28,7 +29,11 @@ def test_every_public_name_has_a_docstring(name):
     mod = importlib.import_module(f"mlbook.{name}")
     assert mod.__doc__ and mod.__doc__.strip(), f"mlbook.{name} has no module docstring"
     public = getattr(mod, "__all__", None) or [n for n in dir(mod) if not n.startswith("_")]
-    undocumented = [n for n in public
-                    if (inspect.isfunction(obj := getattr(mod, n, None)) or inspect.isclass(obj))
-                    and obj.__module__ == mod.__name__ and not (obj.__doc__ or "").strip()]
+    undocumented = [
+        n
+        for n in public
+        if (inspect.isfunction(obj := getattr(mod, n, None)) or inspect.isclass(obj))
+        and obj.__module__ == mod.__name__
+        and not (obj.__doc__ or "").strip()
+    ]
     assert not undocumented, f"mlbook.{name}: no docstring for {undocumented}"

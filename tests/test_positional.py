@@ -1,4 +1,4 @@
-"""mlbook.positional against independent references (torch built-ins, closed forms, loops)."""
+"""mlbook.attention.positional against independent references (torch built-ins, closed forms, loops)."""
 
 import math
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mlbook import positional as P
+from mlbook.attention import positional as P
 
 
 @pytest.fixture
@@ -19,8 +19,9 @@ def test_attention_matches_sdpa_with_and_without_bias(gen, dtype, atol):
     q = torch.randn(2, 3, 7, 16, generator=gen, dtype=dtype)
     k = torch.randn(2, 3, 9, 16, generator=gen, dtype=dtype)
     v = torch.randn(2, 3, 9, 5, generator=gen, dtype=dtype)
-    torch.testing.assert_close(P.biased_attention(q, k, v), F.scaled_dot_product_attention(q, k, v),
-                               atol=atol, rtol=0)
+    torch.testing.assert_close(
+        P.biased_attention(q, k, v), F.scaled_dot_product_attention(q, k, v), atol=atol, rtol=0
+    )
     bias = P.causal_bias(7, 9, dtype=dtype) + P.alibi_bias(P.alibi_slopes(3), 9)[:, 2:, :].to(dtype)
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
     torch.testing.assert_close(P.biased_attention(q, k, v, bias), ref, atol=atol, rtol=0)
@@ -30,19 +31,20 @@ def test_attention_is_permutation_equivariant(gen):
     x = torch.randn(6, 8, generator=gen, dtype=torch.float64)
     perm = torch.randperm(6, generator=gen)
     out = P.biased_attention(x, x, x)
-    torch.testing.assert_close(P.biased_attention(x[perm], x[perm], x[perm]), out[perm], atol=1e-14,
-                               rtol=0)
+    torch.testing.assert_close(
+        P.biased_attention(x[perm], x[perm], x[perm]), out[perm], atol=1e-14, rtol=0
+    )
 
 
 def test_causal_bias_matches_tril():
     b = P.causal_bias(4, 6)
-    allowed = torch.ones(6, 6).tril().bool()[2:]          # last 4 query rows of a 6x6 mask
+    allowed = torch.ones(6, 6).tril().bool()[2:]  # last 4 query rows of a 6x6 mask
     assert torch.equal(b == 0, allowed) and bool(torch.isinf(b[~allowed]).all())
 
 
 def test_inverse_frequencies_is_a_geometric_ladder():
     theta = P.inverse_frequencies(64, 10000.0)
-    expected = torch.logspace(0, -62 / 64 * 4, 32, dtype=torch.float64)   # 10^(-4 * 2i/64)
+    expected = torch.logspace(0, -62 / 64 * 4, 32, dtype=torch.float64)  # 10^(-4 * 2i/64)
     torch.testing.assert_close(theta, expected, atol=0, rtol=1e-13)
 
 
@@ -51,11 +53,16 @@ def test_sinusoidal_matches_naive_and_vaswani_formula():
     torch.testing.assert_close(pe, P.sinusoidal_encoding_naive(50, 16), atol=1e-12, rtol=0)
     pos, i = 37, 3
     assert pe[pos, 2 * i].item() == pytest.approx(math.sin(pos / 10000 ** (2 * i / 16)), abs=1e-14)
-    assert pe[pos, 2 * i + 1].item() == pytest.approx(math.cos(pos / 10000 ** (2 * i / 16)),
-                                                      abs=1e-14)
+    assert pe[pos, 2 * i + 1].item() == pytest.approx(
+        math.cos(pos / 10000 ** (2 * i / 16)), abs=1e-14
+    )
     frac = P.sinusoidal_encoding(torch.tensor([0.5, 2.25]), 8, base=100.0)
-    torch.testing.assert_close(frac, P.sinusoidal_encoding_naive(torch.tensor([0.5, 2.25]), 8,
-                                                                 base=100.0), atol=1e-14, rtol=0)
+    torch.testing.assert_close(
+        frac,
+        P.sinusoidal_encoding_naive(torch.tensor([0.5, 2.25]), 8, base=100.0),
+        atol=1e-14,
+        rtol=0,
+    )
 
 
 def test_shift_matrix_moves_every_position_and_is_orthogonal():
@@ -64,8 +71,12 @@ def test_shift_matrix_moves_every_position_and_is_orthogonal():
         m = P.sinusoidal_shift_matrix(k, 32)
         torch.testing.assert_close(pe[:-k] @ m.T, pe[k:], atol=1e-12, rtol=0)
         torch.testing.assert_close(m @ m.T, torch.eye(32, dtype=torch.float64), atol=1e-14, rtol=0)
-    torch.testing.assert_close(P.sinusoidal_shift_matrix(3, 8) @ P.sinusoidal_shift_matrix(4, 8),
-                               P.sinusoidal_shift_matrix(7, 8), atol=1e-14, rtol=0)
+    torch.testing.assert_close(
+        P.sinusoidal_shift_matrix(3, 8) @ P.sinusoidal_shift_matrix(4, 8),
+        P.sinusoidal_shift_matrix(7, 8),
+        atol=1e-14,
+        rtol=0,
+    )
 
 
 def test_learned_embedding_lookup_and_its_limit():
@@ -84,12 +95,14 @@ def test_learned_embedding_lookup_and_its_limit():
 
 
 def test_alibi_slopes_power_of_two_and_paper_recipe():
-    torch.testing.assert_close(P.alibi_slopes(8), 2.0 ** -torch.arange(1, 9, dtype=torch.float64),
-                               atol=0, rtol=1e-15)
-    expected12 = [2.0 ** -k for k in range(1, 9)] + [2.0 ** -(k + 0.5) for k in range(4)]
-    torch.testing.assert_close(P.alibi_slopes(12), torch.tensor(expected12, dtype=torch.float64),
-                               atol=0, rtol=1e-15)
-    assert len(P.alibi_slopes(1)) == 1 and P.alibi_slopes(1).item() == pytest.approx(2.0 ** -8)
+    torch.testing.assert_close(
+        P.alibi_slopes(8), 2.0 ** -torch.arange(1, 9, dtype=torch.float64), atol=0, rtol=1e-15
+    )
+    expected12 = [2.0**-k for k in range(1, 9)] + [2.0 ** -(k + 0.5) for k in range(4)]
+    torch.testing.assert_close(
+        P.alibi_slopes(12), torch.tensor(expected12, dtype=torch.float64), atol=0, rtol=1e-15
+    )
+    assert len(P.alibi_slopes(1)) == 1 and P.alibi_slopes(1).item() == pytest.approx(2.0**-8)
 
 
 def test_alibi_bias_forms(gen):
@@ -102,7 +115,7 @@ def test_alibi_bias_forms(gen):
     sym = P.alibi_bias(s, 6, causal=False)
     torch.testing.assert_close(sym, sym.transpose(-1, -2), atol=0, rtol=0)
     c = torch.softmax(scores + P.alibi_bias(s, 6, form="key", causal=False), -1)
-    assert (torch.softmax(scores + sym, -1) - c).abs().max() > 1e-2   # not equivalent unmasked
+    assert (torch.softmax(scores + sym, -1) - c).abs().max() > 1e-2  # not equivalent unmasked
 
 
 def test_bad_input_raises():

@@ -1,4 +1,4 @@
-"""mlbook.precision against torch.finfo, torch's casts and nextafter, GradScaler and autograd."""
+"""mlbook.nn.precision against torch.finfo, torch's casts and nextafter, GradScaler and autograd."""
 
 import math
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mlbook import precision as prec
+from mlbook.nn import precision as prec
 
 
 @pytest.fixture
@@ -19,8 +19,12 @@ def gen():
 def test_format_constants_match_finfo(name):
     f = prec.FORMATS[name]
     fi = torch.finfo(f.dtype)
-    assert (f.eps, f.max, f.smallest_normal, f.bits) == (fi.eps, fi.max, fi.smallest_normal,
-                                                         fi.bits)
+    assert (f.eps, f.max, f.smallest_normal, f.bits) == (
+        fi.eps,
+        fi.max,
+        fi.smallest_normal,
+        fi.bits,
+    )
     assert f.smallest_subnormal == fi.smallest_normal * fi.eps
     assert prec.float_format(f.dtype) is f and prec.float_format(name) is f
 
@@ -45,9 +49,9 @@ def test_round_to_format_ties_and_specials():
     # 1 + 2^-8 is halfway between 1 and 1 + 2^-7 in bfloat16: ties to even give 1.
     assert prec.round_to_format(1 + 2**-8, "bfloat16").item() == 1.0
     assert prec.round_to_format(1 + 3 * 2**-8, "bfloat16").item() == 1 + 2**-6
-    assert prec.round_to_format(65520.0, "float16").item() == math.inf   # max + ulp/2 -> inf
+    assert prec.round_to_format(65520.0, "float16").item() == math.inf  # max + ulp/2 -> inf
     assert prec.round_to_format(65519.0, "float16").item() == 65504.0
-    assert prec.round_to_format(2.0**-25, "float16").item() == 0.0        # half min subnormal
+    assert prec.round_to_format(2.0**-25, "float16").item() == 0.0  # half min subnormal
     x = torch.tensor([math.inf, -math.inf, math.nan, 0.0])
     out = prec.round_to_format(x, "float16")
     assert out[0] == math.inf and out[1] == -math.inf and math.isnan(out[2]) and out[3] == 0
@@ -85,7 +89,8 @@ def test_scaled_grads_recovers_underflowing_fp16_gradient(gen):
     def rel(scale):
         w16 = w.half().requires_grad_(True)
         (g,), inf = prec.scaled_grads(
-            lambda: ((X.half() @ w16).float() - t.float()).pow(2).mean(), [w16], scale)
+            lambda: ((X.half() @ w16).float() - t.float()).pow(2).mean(), [w16], scale
+        )
         assert not inf and g.dtype == torch.float32
         return ((g.double() - ref).norm() / ref.norm()).item()
 
@@ -125,7 +130,7 @@ def test_gradient_accumulation_equals_full_batch(gen):
     (full,) = torch.autograd.grad(loss_fn([W], X, y), [W])
     (acc,) = prec.accumulate_gradients(loss_fn, [W], prec.micro_batches(X, y, 5))
     torch.testing.assert_close(acc, full, atol=1e-14, rtol=0)
-    uneven = prec.micro_batches(X, y, 4)                      # sizes 8, 8, 7, 7
+    uneven = prec.micro_batches(X, y, 4)  # sizes 8, 8, 7, 7
     (acc_size,) = prec.accumulate_gradients(loss_fn, [W], uneven, "size")
     torch.testing.assert_close(acc_size, full, atol=1e-14, rtol=0)
     (acc_eq,) = prec.accumulate_gradients(loss_fn, [W], uneven, "equal")

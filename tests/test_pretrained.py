@@ -1,4 +1,4 @@
-"""Unit tests of mlbook.pretrained: offline fallback, attention maps, and the hub path (ch. 19).
+"""Unit tests of mlbook.attention.pretrained: offline fallback, attention maps, and the hub path (ch. 19).
 
 The packaged MiniLM encoder loads offline; the hub test runs only where a hub is reachable.
 """
@@ -10,8 +10,8 @@ import socket
 import pytest
 import torch
 
-from mlbook import attention as at
-from mlbook import pretrained as pt
+from mlbook.attention import dot_product as at
+from mlbook.attention import pretrained as pt
 
 SENTENCE = "The bank of the river was steep."
 
@@ -109,7 +109,10 @@ def test_hub_model_loads_where_a_hub_is_reachable():
     tokens, attn = pt.attention_maps(enc, "Kıyıdaki banka diktir")
     assert attn.shape == (12, 12, len(tokens), len(tokens))
     assert [w for w, _ in pt.word_pieces(enc, "Kıyıdaki banka diktir")] == [
-        "Kıyıdaki", "banka", "diktir"]
+        "Kıyıdaki",
+        "banka",
+        "diktir",
+    ]
 
 
 def test_hub_probe_is_bounded_even_when_the_lookup_stalls(monkeypatch):
@@ -135,5 +138,7 @@ def test_hub_probe_is_bounded_even_when_the_lookup_stalls(monkeypatch):
         raise ConnectionRefusedError()
 
     monkeypatch.setattr(pt.socket, "create_connection", refuse)
-    assert pt.hub_reachable(0.2) == (False, "cannot connect to huggingface.co:443 "
-                                            "(ConnectionRefusedError)")
+    assert pt.hub_reachable(0.2) == (
+        False,
+        "cannot connect to huggingface.co:443 (ConnectionRefusedError)",
+    )

@@ -1,4 +1,4 @@
-"""mlbook.rope against independent references: Hugging Face's Llama RoPE, explicit rotation
+"""mlbook.attention.rope against independent references: Hugging Face's Llama RoPE, explicit rotation
 matrices, complex numbers, closed forms."""
 
 import math
@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from mlbook import rope
+from mlbook.attention import rope
 
 transformers = pytest.importorskip("transformers")
 from transformers import LlamaConfig  # noqa: E402
@@ -24,8 +24,8 @@ def test_apply_rope_matches_hugging_face_llama(gen, dtype, atol):
     q = torch.randn(2, 4, 12, 32, generator=gen, dtype=dtype)
     pos = torch.arange(100, 112)
     freqs = rope.rope_frequencies(32)
-    angles = pos.double()[:, None] * freqs                     # (T, d/2)
-    emb = torch.cat([angles, angles], -1)                      # (T, d) as HF builds it
+    angles = pos.double()[:, None] * freqs  # (T, d/2)
+    emb = torch.cat([angles, angles], -1)  # (T, d) as HF builds it
     ref, _ = apply_rotary_pos_emb(q, q, emb.cos().to(dtype)[None], emb.sin().to(dtype)[None])
     out = rope.apply_rope(q, pos, freqs)
     assert out.dtype == dtype
@@ -35,7 +35,7 @@ def test_apply_rope_matches_hugging_face_llama(gen, dtype, atol):
 @pytest.mark.parametrize("dtype, atol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
 def test_complex_form_and_rotation_matrix_agree(gen, dtype, atol):
     x = torch.randn(3, 9, 16, generator=gen, dtype=dtype)
-    pos = torch.arange(9) * 3.5                                # fractional positions are allowed
+    pos = torch.arange(9) * 3.5  # fractional positions are allowed
     freqs = rope.rope_frequencies(16, base=500.0)
     fast = rope.apply_rope(x, pos, freqs)
     torch.testing.assert_close(rope.apply_rope_complex(x, pos, freqs), fast, atol=atol, rtol=0)
@@ -49,9 +49,13 @@ def test_pairings_differ_by_a_permutation(gen):
     pos, freqs = torch.arange(5), rope.rope_frequencies(12)
     perm = rope.interleave_permutation(12)
     inter = rope.apply_rope_complex(x, pos, freqs, pairing="interleaved")
-    torch.testing.assert_close(inter, rope.apply_rope(x[..., perm], pos, freqs)[...,
-                               torch.argsort(perm)], atol=1e-14, rtol=0)
-    assert (inter - rope.apply_rope(x, pos, freqs)).abs().max() > 1e-2   # but they are not equal
+    torch.testing.assert_close(
+        inter,
+        rope.apply_rope(x[..., perm], pos, freqs)[..., torch.argsort(perm)],
+        atol=1e-14,
+        rtol=0,
+    )
+    assert (inter - rope.apply_rope(x, pos, freqs)).abs().max() > 1e-2  # but they are not equal
     assert perm.tolist() == [0, 2, 4, 6, 8, 10, 1, 3, 5, 7, 9, 11]
 
 
@@ -71,25 +75,34 @@ def test_relative_property_and_broadcast_positions(gen):
 def test_frequency_scalings(gen):
     d, s = 64, 4.0
     base = rope.rope_frequencies(d)
-    torch.testing.assert_close(rope.rope_frequencies(d, scale=s, method="pi"), base / s, atol=0,
-                               rtol=1e-15)
+    torch.testing.assert_close(
+        rope.rope_frequencies(d, scale=s, method="pi"), base / s, atol=0, rtol=1e-15
+    )
     ntk = rope.rope_frequencies(d, scale=s, method="ntk")
     assert ntk[0].item() == 1.0
     assert ntk[-1].item() == pytest.approx(base[-1].item() / s, rel=1e-12)
     for method in ("pi", "ntk"):
-        torch.testing.assert_close(rope.rope_frequencies(d, scale=1.0, method=method), base,
-                                   atol=0, rtol=1e-15)
+        torch.testing.assert_close(
+            rope.rope_frequencies(d, scale=1.0, method=method), base, atol=0, rtol=1e-15
+        )
 
 
 @pytest.mark.parametrize("factor, orig, theta", [(4.0, 2048, 10000.0), (8.0, 4096, 500000.0)])
 def test_yarn_matches_hugging_face(factor, orig, theta):
-    cfg = LlamaConfig(hidden_size=1024, num_attention_heads=8, max_position_embeddings=int(orig *
-                      factor), rope_parameters={"rope_type": "yarn", "rope_theta": theta,
-                                                "factor": factor,
-                                                "original_max_position_embeddings": orig})
+    cfg = LlamaConfig(
+        hidden_size=1024,
+        num_attention_heads=8,
+        max_position_embeddings=int(orig * factor),
+        rope_parameters={
+            "rope_type": "yarn",
+            "rope_theta": theta,
+            "factor": factor,
+            "original_max_position_embeddings": orig,
+        },
+    )
     inv_freq, attn_factor = ROPE_INIT_FUNCTIONS["yarn"](cfg)
     mine = rope.rope_frequencies(128, theta, factor, method="yarn", original_max_len=orig)
-    torch.testing.assert_close(mine, inv_freq.double(), atol=0, rtol=1e-6)   # HF is float32
+    torch.testing.assert_close(mine, inv_freq.double(), atol=0, rtol=1e-6)  # HF is float32
     assert rope.yarn_attention_factor(factor) == pytest.approx(attn_factor, rel=1e-12)
     assert rope.yarn_attention_factor(1.0) == 1.0
 

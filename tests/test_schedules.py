@@ -1,4 +1,4 @@
-"""mlbook.schedules against closed forms and torch's built-in learning-rate schedulers."""
+"""mlbook.nn.schedules against closed forms and torch's built-in learning-rate schedulers."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mlbook import schedules as sch
+from mlbook.nn import schedules as sch
 
 LR = torch.optim.lr_scheduler
 
@@ -37,8 +37,9 @@ def test_warmup_cosine_closed_forms():
     assert sch.warmup_cosine(10, **kw) == pytest.approx(0.5, abs=1e-15)
     assert sch.warmup_cosine(20, **kw) == pytest.approx(1.0, abs=1e-15)
     assert sch.warmup_cosine(70, **kw) == pytest.approx(0.55, abs=1e-15)
-    assert sch.warmup_cosine(45, **kw) == pytest.approx(0.1 + 0.9 * (1 + math.cos(math.pi / 4)) / 2,
-                                                        abs=1e-15)
+    assert sch.warmup_cosine(45, **kw) == pytest.approx(
+        0.1 + 0.9 * (1 + math.cos(math.pi / 4)) / 2, abs=1e-15
+    )
     assert sch.warmup_cosine(120, **kw) == pytest.approx(0.1, abs=1e-15)
     assert sch.warmup_cosine(500, **kw) == pytest.approx(0.1, abs=1e-15)
     rates = [sch.warmup_cosine(t, **kw) for t in range(20, 121)]
@@ -47,25 +48,54 @@ def test_warmup_cosine_closed_forms():
 
 @pytest.mark.parametrize("W,T,start,floor", [(10, 50, 0.1, 0.0), (5, 80, 0.5, 0.2)])
 def test_warmup_cosine_matches_torch_chain(W, T, start, floor):
-    ours = [sch.warmup_cosine(t, peak_lr=0.3, warmup_steps=W, total_steps=T, min_lr=0.3 * floor,
-                              warmup_start=start) for t in range(T + 1)]
-    ref = torch_rates(lambda o: LR.SequentialLR(
-        o, [LR.LinearLR(o, start_factor=start, end_factor=1.0, total_iters=W),
-            LR.CosineAnnealingLR(o, T_max=T - W, eta_min=0.3 * floor)], milestones=[W]),
-        T + 1, 0.3)
+    ours = [
+        sch.warmup_cosine(
+            t, peak_lr=0.3, warmup_steps=W, total_steps=T, min_lr=0.3 * floor, warmup_start=start
+        )
+        for t in range(T + 1)
+    ]
+    ref = torch_rates(
+        lambda o: LR.SequentialLR(
+            o,
+            [
+                LR.LinearLR(o, start_factor=start, end_factor=1.0, total_iters=W),
+                LR.CosineAnnealingLR(o, T_max=T - W, eta_min=0.3 * floor),
+            ],
+            milestones=[W],
+        ),
+        T + 1,
+        0.3,
+    )
     np.testing.assert_allclose(ours, ref, atol=1e-12, rtol=0)
 
 
 def test_wsd_linear_matches_torch_chain_and_shapes():
     W, S, D, peak, floor = 8, 30, 12, 0.2, 0.02
-    ours = [sch.warmup_stable_decay(t, peak_lr=peak, warmup_steps=W, stable_steps=S,
-                                    decay_steps=D, min_lr=floor, warmup_start=0.1)
-            for t in range(W + S + D + 5)]
-    ref = torch_rates(lambda o: LR.SequentialLR(
-        o, [LR.LinearLR(o, start_factor=0.1, end_factor=1.0, total_iters=W),
-            LR.ConstantLR(o, factor=1.0, total_iters=0),
-            LR.LinearLR(o, start_factor=1.0, end_factor=floor / peak, total_iters=D)],
-        milestones=[W, W + S]), W + S + D + 5, peak)
+    ours = [
+        sch.warmup_stable_decay(
+            t,
+            peak_lr=peak,
+            warmup_steps=W,
+            stable_steps=S,
+            decay_steps=D,
+            min_lr=floor,
+            warmup_start=0.1,
+        )
+        for t in range(W + S + D + 5)
+    ]
+    ref = torch_rates(
+        lambda o: LR.SequentialLR(
+            o,
+            [
+                LR.LinearLR(o, start_factor=0.1, end_factor=1.0, total_iters=W),
+                LR.ConstantLR(o, factor=1.0, total_iters=0),
+                LR.LinearLR(o, start_factor=1.0, end_factor=floor / peak, total_iters=D),
+            ],
+            milestones=[W, W + S],
+        ),
+        W + S + D + 5,
+        peak,
+    )
     np.testing.assert_allclose(ours, ref, atol=1e-12, rtol=0)
     for decay, mid in [("linear", 0.5), ("cosine", 0.5), ("1-sqrt", 1 - math.sqrt(0.5))]:
         kw = dict(peak_lr=1.0, warmup_steps=0, stable_steps=10, decay_steps=20, decay=decay)
@@ -100,8 +130,9 @@ def test_bad_input_raises():
     with pytest.raises(TypeError, match="peak_lr"):
         sch.warmup_cosine(0, peak_lr=float("nan"), warmup_steps=1, total_steps=10)
     with pytest.raises(ValueError, match="decay"):
-        sch.warmup_stable_decay(0, peak_lr=1.0, warmup_steps=1, stable_steps=1, decay_steps=1,
-                                decay="exp")
+        sch.warmup_stable_decay(
+            0, peak_lr=1.0, warmup_steps=1, stable_steps=1, decay_steps=1, decay="exp"
+        )
     with pytest.raises(ValueError, match="decay_steps"):
         sch.warmup_stable_decay(0, peak_lr=1.0, warmup_steps=1, stable_steps=1, decay_steps=0)
     with pytest.raises(TypeError, match="stable_steps"):

@@ -1,4 +1,4 @@
-"""Unit tests of mlbook.softmax against torch built-ins and float64 autograd (chapter 12)."""
+"""Unit tests of mlbook.nn.softmax against torch built-ins and float64 autograd (chapter 12)."""
 
 import math
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mlbook import softmax as sm
+from mlbook.nn import softmax as sm
 
 # Tolerances per dtype: float64 results agree with torch's own kernels to a few ulps.
 TOL = {torch.float64: 1e-12, torch.float32: 1e-5}
@@ -32,13 +32,18 @@ def test_softmax_matches_torch(dtype, dim):
         ref = torch.softmax(z / t, dim=dim)
         torch.testing.assert_close(sm.softmax(z, dim, t), ref, atol=TOL[dtype], rtol=0)
         torch.testing.assert_close(sm.softmax_naive(z, dim, t), ref, atol=TOL[dtype], rtol=0)
-        torch.testing.assert_close(sm.log_softmax(z, dim, t), F.log_softmax(z / t, dim=dim),
-                                   atol=TOL[dtype] * 10, rtol=0)
-    torch.testing.assert_close(sm.logsumexp(z, dim), torch.logsumexp(z, dim=dim),
-                               atol=TOL[dtype] * 10, rtol=0)
-    torch.testing.assert_close(sm.logsumexp(z, dim, keepdim=True),
-                               torch.logsumexp(z, dim=dim, keepdim=True), atol=TOL[dtype] * 10,
-                               rtol=0)
+        torch.testing.assert_close(
+            sm.log_softmax(z, dim, t), F.log_softmax(z / t, dim=dim), atol=TOL[dtype] * 10, rtol=0
+        )
+    torch.testing.assert_close(
+        sm.logsumexp(z, dim), torch.logsumexp(z, dim=dim), atol=TOL[dtype] * 10, rtol=0
+    )
+    torch.testing.assert_close(
+        sm.logsumexp(z, dim, keepdim=True),
+        torch.logsumexp(z, dim=dim, keepdim=True),
+        atol=TOL[dtype] * 10,
+        rtol=0,
+    )
 
 
 def test_shift_invariance_and_stability():
@@ -49,8 +54,9 @@ def test_shift_invariance_and_stability():
     # float32 logits around 1000: the naive version is nan, the stable one matches float64.
     big = (randn(3, 7, scale=2.0) + 1000.0).float()
     assert torch.isnan(sm.softmax_naive(big)).all()
-    torch.testing.assert_close(sm.softmax(big).double(), torch.softmax(big.double(), -1),
-                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        sm.softmax(big).double(), torch.softmax(big.double(), -1), atol=1e-6, rtol=0
+    )
     # log_softmax stays finite where log(softmax) underflows to -inf.
     z32 = torch.tensor([0.0, -200.0])
     assert torch.isinf(torch.log(sm.softmax(z32))[1])
@@ -117,8 +123,12 @@ def test_cross_entropy_matches_torch(dtype, eps, reduction):
     torch.testing.assert_close(got, ref, atol=TOL[dtype] * 10, rtol=0)
     q = torch.softmax(randn(8, 5, dtype=dtype, seed=8), 1)  # probability targets
     ref_q = F.cross_entropy(z, q, label_smoothing=eps, reduction=reduction)
-    torch.testing.assert_close(sm.cross_entropy(z, q, label_smoothing=eps, reduction=reduction),
-                               ref_q, atol=TOL[dtype] * 10, rtol=0)
+    torch.testing.assert_close(
+        sm.cross_entropy(z, q, label_smoothing=eps, reduction=reduction),
+        ref_q,
+        atol=TOL[dtype] * 10,
+        rtol=0,
+    )
     # index targets (gather) and their one-hot distribution (dense sum) are the same loss
     onehot = F.one_hot(y, 5).to(dtype)
     dense = sm.cross_entropy(z, onehot, label_smoothing=eps, reduction=reduction)
@@ -132,8 +142,12 @@ def test_cross_entropy_class_axis_and_ignore_index():
     ref = F.cross_entropy(z, y, label_smoothing=0.2, ignore_index=-100)
     got = sm.cross_entropy(z, y, dim=1, label_smoothing=0.2, ignore_index=-100)
     torch.testing.assert_close(got, ref, atol=1e-12, rtol=0)
-    torch.testing.assert_close(sm.cross_entropy(z.movedim(1, -1), y, ignore_index=-100),
-                               F.cross_entropy(z, y, ignore_index=-100), atol=1e-12, rtol=0)
+    torch.testing.assert_close(
+        sm.cross_entropy(z.movedim(1, -1), y, ignore_index=-100),
+        F.cross_entropy(z, y, ignore_index=-100),
+        atol=1e-12,
+        rtol=0,
+    )
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.2])
@@ -141,12 +155,14 @@ def test_cross_entropy_grad_is_p_minus_y(eps):
     z = randn(6, 4, seed=11).requires_grad_(True)
     y = torch.randint(0, 4, (6,), generator=gen(12))
     (auto,) = torch.autograd.grad(F.cross_entropy(z, y, label_smoothing=eps, reduction="sum"), z)
-    torch.testing.assert_close(sm.cross_entropy_grad(z.detach(), y, label_smoothing=eps), auto,
-                               atol=1e-14, rtol=0)
+    torch.testing.assert_close(
+        sm.cross_entropy_grad(z.detach(), y, label_smoothing=eps), auto, atol=1e-14, rtol=0
+    )
     q = torch.softmax(randn(6, 4, seed=13), 1)
     (auto_q,) = torch.autograd.grad(sm.cross_entropy(z, q, label_smoothing=eps, reduction="sum"), z)
-    torch.testing.assert_close(sm.cross_entropy_grad(z.detach(), q, label_smoothing=eps), auto_q,
-                               atol=1e-14, rtol=0)
+    torch.testing.assert_close(
+        sm.cross_entropy_grad(z.detach(), q, label_smoothing=eps), auto_q, atol=1e-14, rtol=0
+    )
     assert torch.autograd.gradcheck(lambda x: sm.cross_entropy(x, y, label_smoothing=eps), (z,))
 
 

@@ -1,4 +1,4 @@
-"""mlbook.ssm against independent references (SciPy expm and ODE solver, explicit formulas)."""
+"""mlbook.architectures.ssm against independent references (SciPy expm and ODE solver, explicit formulas)."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ import scipy.linalg
 import torch
 from scipy.integrate import solve_ivp
 
-from mlbook import ssm
+from mlbook.architectures import ssm
 
 f64 = torch.float64
 
@@ -37,8 +37,14 @@ def test_zoh_is_exact_for_piecewise_constant_input(gen):
     y, h = ssm.ssm_recurrent(*ssm.discretize_zoh(A, B, delta), C, x, return_states=True)
     An, Bn, hk = A.numpy(), B.numpy(), np.zeros(3)
     for t in range(12):
-        sol = solve_ivp(lambda _, z, u=float(x[t]): An @ z + Bn * u, (0, delta), hk,
-                        method="DOP853", rtol=1e-12, atol=1e-13)
+        sol = solve_ivp(
+            lambda _, z, u=float(x[t]): An @ z + Bn * u,
+            (0, delta),
+            hk,
+            method="DOP853",
+            rtol=1e-12,
+            atol=1e-13,
+        )
         hk = sol.y[:, -1]
         np.testing.assert_allclose(h[t].numpy(), hk, atol=1e-10)
     np.testing.assert_allclose(y.numpy(), h.numpy() @ C.numpy(), atol=1e-14)
@@ -54,7 +60,7 @@ def test_bilinear_formula_and_third_order_step_error(gen):
         np.testing.assert_allclose(Abar.numpy(), left @ (I + delta / 2 * An), atol=1e-13)
         np.testing.assert_allclose(Bbar.numpy(), left @ (delta * B.numpy()), atol=1e-13)
         errs.append(np.abs(Abar.numpy() - scipy.linalg.expm(delta * An)).max())
-    assert 6 < errs[0] / errs[1] < 10          # O(delta^3): halving delta divides by ~8
+    assert 6 < errs[0] / errs[1] < 10  # O(delta^3): halving delta divides by ~8
 
 
 def test_kernel_fft_direct_and_recurrence_agree(gen):
@@ -64,20 +70,26 @@ def test_kernel_fft_direct_and_recurrence_agree(gen):
         x = torch.randn(3, T, generator=gen, dtype=f64)
         y = ssm.ssm_recurrent(Abar, Bbar, C, x)
         K = ssm.ssm_kernel(Abar, Bbar, C, T)
-        torch.testing.assert_close(K[min(3, T - 1)],
-                                   C @ torch.linalg.matrix_power(Abar, min(3, T - 1)) @ Bbar,
-                                   atol=1e-14, rtol=0)
+        torch.testing.assert_close(
+            K[min(3, T - 1)],
+            C @ torch.linalg.matrix_power(Abar, min(3, T - 1)) @ Bbar,
+            atol=1e-14,
+            rtol=0,
+        )
         torch.testing.assert_close(ssm.causal_conv_direct(K, x), y, atol=1e-12, rtol=0)
         torch.testing.assert_close(ssm.causal_conv_fft(K, x), y, atol=1e-12, rtol=0)
-        torch.testing.assert_close(ssm.causal_conv_fft(K, x, n_fft=2 * T - 1), y, atol=1e-12,
-                                   rtol=0)
+        torch.testing.assert_close(
+            ssm.causal_conv_fft(K, x, n_fft=2 * T - 1), y, atol=1e-12, rtol=0
+        )
     npref = np.convolve(K.numpy(), x[0].numpy())[:T]
     np.testing.assert_allclose(ssm.causal_conv_fft(K, x)[0].numpy(), npref, atol=1e-12)
 
 
 def test_combine_is_associative_not_commutative(gen):
-    e = [(torch.randn(5, generator=gen, dtype=f64), torch.randn(5, generator=gen, dtype=f64))
-         for _ in range(3)]
+    e = [
+        (torch.randn(5, generator=gen, dtype=f64), torch.randn(5, generator=gen, dtype=f64))
+        for _ in range(3)
+    ]
     left = ssm.combine(ssm.combine(e[0], e[1]), e[2])
     right = ssm.combine(e[0], ssm.combine(e[1], e[2]))
     for u, w in zip(left, right, strict=True):
@@ -91,7 +103,7 @@ def test_parallel_scans_equal_sequential_for_every_length(gen):
         b = torch.randn(T, 2, 3, generator=gen, dtype=f64)
         ref = torch.zeros(2, 3, dtype=f64)
         hs = []
-        for t in range(T):                      # the recurrence written out, independently
+        for t in range(T):  # the recurrence written out, independently
             ref = a[t] * ref + b[t]
             hs.append(ref)
         ref = torch.stack(hs)
@@ -115,8 +127,11 @@ class CountingCombine:
 
 @pytest.mark.parametrize("method", ["sequential", "hillis_steele", "blelloch"])
 def test_scan_combine_counts(method):
-    fn = {"sequential": ssm.scan_sequential, "hillis_steele": ssm.scan_hillis_steele,
-          "blelloch": ssm.scan_blelloch}[method]
+    fn = {
+        "sequential": ssm.scan_sequential,
+        "hillis_steele": ssm.scan_hillis_steele,
+        "blelloch": ssm.scan_blelloch,
+    }[method]
     for T in (1, 2, 5, 16, 17, 50):
         op = CountingCombine()
         fn(torch.rand(T, 3, dtype=f64), torch.rand(T, 3, dtype=f64), op=op)
@@ -138,21 +153,26 @@ def test_selective_discretize_is_zoh_per_channel(gen):
 def test_selective_scan_sequential_equals_parallel(gen):
     T, D, N = 29, 4, 3
     x = torch.randn(T, D, generator=gen, dtype=f64)
-    params = ssm.selective_params(x, 0.5 * torch.randn(D, D, generator=gen, dtype=f64),
-                                  torch.zeros(D, dtype=f64),
-                                  torch.randn(D, N, generator=gen, dtype=f64),
-                                  torch.randn(D, N, generator=gen, dtype=f64))
+    params = ssm.selective_params(
+        x,
+        0.5 * torch.randn(D, D, generator=gen, dtype=f64),
+        torch.zeros(D, dtype=f64),
+        torch.randn(D, N, generator=gen, dtype=f64),
+        torch.randn(D, N, generator=gen, dtype=f64),
+    )
     delta, B, C = params
     assert (delta > 0).all()
     A = -torch.rand(D, N, generator=gen, dtype=f64) - 0.1
     ref = ssm.selective_scan_sequential(x, delta, A, B, C)
     for scan in (ssm.scan_blelloch, ssm.scan_hillis_steele):
-        torch.testing.assert_close(ssm.selective_scan_parallel(x, delta, A, B, C, scan=scan), ref,
-                                   atol=1e-12, rtol=0)
+        torch.testing.assert_close(
+            ssm.selective_scan_parallel(x, delta, A, B, C, scan=scan), ref, atol=1e-12, rtol=0
+        )
     # one channel of the selective scan is an SSD recurrence with a_t = exp(Delta_t A)
     Abar, Bbar = ssm.selective_discretize(delta, A, B)
-    torch.testing.assert_close(ssm.ssd_recurrent(Abar[:, 0], Bbar[:, 0], C, x[:, 0]), ref[:, 0],
-                               atol=1e-12, rtol=0)
+    torch.testing.assert_close(
+        ssm.ssd_recurrent(Abar[:, 0], Bbar[:, 0], C, x[:, 0]), ref[:, 0], atol=1e-12, rtol=0
+    )
 
 
 @pytest.mark.parametrize("diag", [False, True])
@@ -166,7 +186,7 @@ def test_ssd_matrix_naive_vectorised_and_recurrence(gen, diag):
     assert (M.triu(1) == 0).all()
     x = torch.randn(T, 2, generator=gen, dtype=f64)
     torch.testing.assert_close(M @ x, ssm.ssd_recurrent(a, B, C, x), atol=1e-12, rtol=0)
-    for k in range(1, T):                       # off-diagonal blocks have rank <= N
+    for k in range(1, T):  # off-diagonal blocks have rank <= N
         s = torch.linalg.svdvals(M[k:, :k])
         assert int((s > 1e-10 * s[0]).sum()) <= N
 
@@ -177,7 +197,7 @@ def test_segsum_matches_explicit_sums(gen):
     for i in range(6):
         for j in range(6):
             if i >= j:
-                assert abs(out[i, j] - la[j + 1:i + 1].sum()) < 1e-14
+                assert abs(out[i, j] - la[j + 1 : i + 1].sum()) < 1e-14
             else:
                 assert out[i, j] == -float("inf")
 
@@ -215,13 +235,26 @@ def test_bad_input_raises(gen):
         ssm.scan_combines(0, "blelloch")
     x = torch.randn(6, 2, dtype=f64)
     with pytest.raises(ValueError, match="W_delta"):
-        ssm.selective_params(x, torch.ones(3, 3, dtype=f64), torch.ones(2, dtype=f64),
-                             torch.ones(2, 4, dtype=f64), torch.ones(2, 4, dtype=f64))
+        ssm.selective_params(
+            x,
+            torch.ones(3, 3, dtype=f64),
+            torch.ones(2, dtype=f64),
+            torch.ones(2, 4, dtype=f64),
+            torch.ones(2, 4, dtype=f64),
+        )
     with pytest.raises(ValueError, match="W_C"):
-        ssm.selective_params(x, torch.ones(2, 2, dtype=f64), torch.ones(2, dtype=f64),
-                             torch.ones(2, 4, dtype=f64), torch.ones(3, 4, dtype=f64))
-    delta, Bs, Cs = torch.ones(6, 2, dtype=f64), torch.ones(6, 4, dtype=f64), torch.ones(6, 4,
-                                                                                        dtype=f64)
+        ssm.selective_params(
+            x,
+            torch.ones(2, 2, dtype=f64),
+            torch.ones(2, dtype=f64),
+            torch.ones(2, 4, dtype=f64),
+            torch.ones(3, 4, dtype=f64),
+        )
+    delta, Bs, Cs = (
+        torch.ones(6, 2, dtype=f64),
+        torch.ones(6, 4, dtype=f64),
+        torch.ones(6, 4, dtype=f64),
+    )
     Ad = -torch.ones(2, 4, dtype=f64)
     with pytest.raises(ValueError, match="positive"):
         ssm.selective_scan_sequential(x, -delta, Ad, Bs, Cs)

@@ -1,10 +1,10 @@
-"""Unit tests of mlbook.tiled_attention against torch's SDPA and the naive reference (ch. 26)."""
+"""Unit tests of mlbook.attention.tiled against torch's SDPA and the naive reference (ch. 26)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from mlbook import tiled_attention as ta
+from mlbook.attention import tiled as ta
 
 TOL = {torch.float64: 1e-12, torch.float32: 2e-6}
 
@@ -14,9 +14,11 @@ def randn(*shape, dtype=torch.float64, seed=0):
 
 
 def qkv(T_q, T_k, d=16, d_v=12, batch=(2, 3), dtype=torch.float64, seed=0):
-    return (randn(*batch, T_q, d, dtype=dtype, seed=seed),
-            randn(*batch, T_k, d, dtype=dtype, seed=seed + 1),
-            randn(*batch, T_k, d_v, dtype=dtype, seed=seed + 2))
+    return (
+        randn(*batch, T_q, d, dtype=dtype, seed=seed),
+        randn(*batch, T_k, d, dtype=dtype, seed=seed + 1),
+        randn(*batch, T_k, d_v, dtype=dtype, seed=seed + 2),
+    )
 
 
 def sdpa(q, k, v, causal, scale=None):
@@ -30,8 +32,9 @@ def sdpa(q, k, v, causal, scale=None):
 @pytest.mark.parametrize("T_q, T_k", [(1, 1), (17, 17), (45, 45), (13, 45), (1, 30)])
 def test_naive_matches_sdpa(dtype, causal, T_q, T_k):
     q, k, v = qkv(T_q, T_k, dtype=dtype)
-    torch.testing.assert_close(ta.naive_attention(q, k, v, causal), sdpa(q, k, v, causal),
-                               atol=TOL[dtype], rtol=0)
+    torch.testing.assert_close(
+        ta.naive_attention(q, k, v, causal), sdpa(q, k, v, causal), atol=TOL[dtype], rtol=0
+    )
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -39,8 +42,9 @@ def test_naive_matches_sdpa(dtype, causal, T_q, T_k):
 @pytest.mark.parametrize("block_q, block_k", [(None, 7), (5, 7), (64, 3), (1, 1)])
 def test_tiled_matches_naive_and_sdpa(causal, T_q, T_k, block_q, block_k):
     q, k, v = qkv(T_q, T_k)
-    out, lse = ta.tiled_attention(q, k, v, causal, block_q=block_q, block_k=block_k,
-                                  return_lse=True)
+    out, lse = ta.tiled_attention(
+        q, k, v, causal, block_q=block_q, block_k=block_k, return_lse=True
+    )
     torch.testing.assert_close(out, ta.naive_attention(q, k, v, causal), atol=1e-12, rtol=0)
     torch.testing.assert_close(out, sdpa(q, k, v, causal), atol=1e-12, rtol=0)
     s = (q @ k.transpose(-2, -1)) / 4.0
@@ -68,10 +72,12 @@ def test_memory_accounting_matches_prediction(device):
         v = torch.randn(2, T, 8).to(device)
         naive, what = ta.largest_intermediate_bytes(ta.naive_attention, q, q, v, True)
         assert naive == ta.predicted_largest_bytes(T, T, 32, 8, batch=2), what
-        tiled, what = ta.largest_intermediate_bytes(ta.tiled_attention, q, q, v, True,
-                                                    block_q=bq, block_k=bk)
-        assert tiled == ta.predicted_largest_bytes(T, T, 32, 8, block_q=bq, block_k=bk,
-                                                   batch=2), what
+        tiled, what = ta.largest_intermediate_bytes(
+            ta.tiled_attention, q, q, v, True, block_q=bq, block_k=bk
+        )
+        assert tiled == ta.predicted_largest_bytes(T, T, 32, 8, block_q=bq, block_k=bk, batch=2), (
+            what
+        )
     q16 = torch.randn(128, 16, dtype=torch.float16, device="meta")
     assert ta.largest_intermediate_bytes(ta.naive_attention, q16, q16, q16)[0] == 128 * 128 * 2
 
@@ -80,8 +86,9 @@ def test_meta_accounting_at_8192_is_at_most_one_sixteenth():
     T, d = 8192, 64
     q = torch.empty(T, d, device="meta")
     naive = ta.largest_intermediate_bytes(ta.naive_attention, q, q, q, True)[0]
-    tiled = ta.largest_intermediate_bytes(ta.tiled_attention, q, q, q, True, block_q=None,
-                                          block_k=T // 16)[0]
+    tiled = ta.largest_intermediate_bytes(
+        ta.tiled_attention, q, q, q, True, block_q=None, block_k=T // 16
+    )[0]
     assert naive == T * T * 4 and tiled * 16 <= naive
 
 
@@ -102,7 +109,7 @@ def test_bad_input_raises():
     with pytest.raises(ValueError):
         ta.naive_attention(q[..., :0, :], k, v)
     with pytest.raises(ValueError):
-        ta.tiled_attention(k, q, q, causal=True)       # T_q = 6 > T_k = 5
+        ta.tiled_attention(k, q, q, causal=True)  # T_q = 6 > T_k = 5
     with pytest.raises(TypeError):
         ta.tiled_attention(q, k, v, causal=1)
     with pytest.raises(ValueError):

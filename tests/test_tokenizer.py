@@ -1,4 +1,4 @@
-"""mlbook.tokenizer against independent references: Python's UTF-8 codec, the naive trainer and
+"""mlbook.language.tokenizer against independent references: Python's UTF-8 codec, the naive trainer and
 encoder, and property-based round trips on arbitrary Unicode text (hypothesis)."""
 
 from itertools import pairwise
@@ -8,12 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mlbook import datasets
-from mlbook import tokenizer as tok
+from mlbook.language import corpora as datasets
+from mlbook.language import tokenizer as tok
 
 CORPUS_TEXT = datasets.read_text("corpus_en_tr.txt")
-SMALL = ("the cat sat on the mat; the cats sat on the mats.\n"
-         "Evlerimizden geldik, evlerimize gidiyoruz: ağaçlar, çiçekler, şehirler! 🙂🙂 __x__ 42")
+SMALL = (
+    "the cat sat on the mat; the cats sat on the mats.\n"
+    "Evlerimizden geldik, evlerimize gidiyoruz: ağaçlar, çiçekler, şehirler! 🙂🙂 __x__ 42"
+)
 BPE_SMALL = tok.train_bpe(SMALL * 3, 60)
 BPE_CORPUS = tok.train_bpe(CORPUS_TEXT, 300)
 
@@ -69,7 +71,7 @@ def test_first_merge_is_the_argmax_of_independent_pair_counts():
     for chunk in tok.pretokenize(text):
         b = np.frombuffer(chunk.encode("utf-8"), dtype=np.uint8).astype(np.int64)
         np.add.at(counts, b[:-1] * 256 + b[1:], 1)
-    best = int(np.argmax(counts))                  # first maximum: the smallest pair on ties
+    best = int(np.argmax(counts))  # first maximum: the smallest pair on ties
     assert BPE_CORPUS.merges[0] == (best // 256, best % 256)
     assert BPE_CORPUS.counts[0] == counts[best]
 

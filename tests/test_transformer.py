@@ -1,4 +1,4 @@
-"""Unit tests of mlbook.transformer against independent references: a straight-line functional
+"""Unit tests of mlbook.models.transformer against independent references: a straight-line functional
 re-computation with torch built-ins (F.rms_norm, F.scaled_dot_product_attention, F.silu),
 transformers' LlamaDecoderLayer, exact parameter tensors and torch's FlopCounterMode."""
 
@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mlbook import transformer as tfm
+from mlbook.models import transformer as tfm
 
 F64 = torch.float64
 ATOL = {torch.float64: 1e-12, torch.float32: 2e-5}
@@ -35,15 +35,16 @@ def randomise_gains(module: nn.Module, gen: torch.Generator) -> None:
 def reference_rope(t: torch.Tensor, pos: torch.Tensor, base: float) -> torch.Tensor:
     """Half-split RoPE from its definition, frequencies base^(-2i/d_h) built here."""
     dh = t.shape[-1]
-    inv = base ** (-torch.arange(0, dh, 2, dtype=F64) / dh)            # (d_h/2,)
-    ang = pos.to(F64)[..., None] * inv                                  # (..., T, d_h/2)
+    inv = base ** (-torch.arange(0, dh, 2, dtype=F64) / dh)  # (d_h/2,)
+    ang = pos.to(F64)[..., None] * inv  # (..., T, d_h/2)
     cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
-    t1, t2 = t[..., : dh // 2], t[..., dh // 2:]
+    t1, t2 = t[..., : dh // 2], t[..., dh // 2 :]
     return t * cos.to(t.dtype) + torch.cat([-t2, t1], -1) * sin.to(t.dtype)
 
 
-def reference_block(blk: tfm.DecoderBlock, x: torch.Tensor, pos: torch.Tensor,
-                    post: bool = False) -> torch.Tensor:
+def reference_block(
+    blk: tfm.DecoderBlock, x: torch.Tensor, pos: torch.Tensor, post: bool = False
+) -> torch.Tensor:
     """Eqs. 22.1-22.3 written straight through with torch built-ins."""
     c = blk.config
     B, T, d = x.shape
@@ -94,21 +95,34 @@ def test_block_matches_llama_decoder_layer_float64():
     cfg = small_config()
     blk = tfm.DecoderBlock(cfg, generator=gen, dtype=F64)
     randomise_gains(blk, gen)
-    lc = LlamaConfig(hidden_size=32, intermediate_size=48, num_attention_heads=4,
-                     num_key_value_heads=4, num_hidden_layers=1, vocab_size=50,
-                     rms_norm_eps=cfg.norm_eps, attention_bias=False, mlp_bias=False)
+    lc = LlamaConfig(
+        hidden_size=32,
+        intermediate_size=48,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        num_hidden_layers=1,
+        vocab_size=50,
+        rms_norm_eps=cfg.norm_eps,
+        attention_bias=False,
+        mlp_bias=False,
+    )
     lc._attn_implementation = "sdpa"
     layer = LlamaDecoderLayer(lc, layer_idx=0).to(F64).eval()
     # LlamaRMSNorm computes in float32; torch's RMSNorm keeps float64 (same formula).
     layer.input_layernorm = nn.RMSNorm(32, eps=cfg.norm_eps, dtype=F64)
     layer.post_attention_layernorm = nn.RMSNorm(32, eps=cfg.norm_eps, dtype=F64)
-    pairs = [(layer.self_attn.q_proj, blk.attn.Wq), (layer.self_attn.k_proj, blk.attn.Wk),
-             (layer.self_attn.v_proj, blk.attn.Wv), (layer.self_attn.o_proj, blk.attn.Wo),
-             (layer.mlp.gate_proj, blk.ffn.W), (layer.mlp.up_proj, blk.ffn.V),
-             (layer.mlp.down_proj, blk.ffn.W2)]
+    pairs = [
+        (layer.self_attn.q_proj, blk.attn.Wq),
+        (layer.self_attn.k_proj, blk.attn.Wk),
+        (layer.self_attn.v_proj, blk.attn.Wv),
+        (layer.self_attn.o_proj, blk.attn.Wo),
+        (layer.mlp.gate_proj, blk.ffn.W),
+        (layer.mlp.up_proj, blk.ffn.V),
+        (layer.mlp.down_proj, blk.ffn.W2),
+    ]
     with torch.no_grad():
         for lin, W in pairs:
-            lin.weight.copy_(W.T)                     # nn.Linear stores (out, in)
+            lin.weight.copy_(W.T)  # nn.Linear stores (out, in)
         layer.input_layernorm.weight.copy_(blk.attn_norm.weight)
         layer.post_attention_layernorm.weight.copy_(blk.ffn_norm.weight)
     x = torch.randn(2, 12, 32, generator=gen, dtype=F64)
@@ -131,7 +145,7 @@ def test_block_is_causal_and_positions_batched():
     with torch.no_grad():
         ox, oy = blk(x), blk(y)
         torch.testing.assert_close(ox[:, :5], oy[:, :5], atol=1e-13, rtol=0)
-        assert (ox[:, 5:] - oy[:, 5:]).abs().max() > 1e-3        # the future does matter there
+        assert (ox[:, 5:] - oy[:, 5:]).abs().max() > 1e-3  # the future does matter there
         # (T,) positions and the same positions per batch row as (B, T) agree
         p = torch.arange(3, 11)
         torch.testing.assert_close(blk(x, p), blk(x, p.expand(2, -1)), atol=1e-13, rtol=0)
@@ -149,8 +163,7 @@ def test_parameter_counts_match_tensors(tie, post):
     d, h = cfg.d_model, cfg.d_ff
     assert tfm.block_parameters(d, h, norms=True) == sum(p.numel() for p in blk.parameters())
     assert tfm.block_parameters(d, h) == 4 * d * d + 3 * d * h
-    non_emb = sum(p.numel() for n, p in model.named_parameters()
-                  if n not in ("embedding", "head"))
+    non_emb = sum(p.numel() for n, p in model.named_parameters() if n not in ("embedding", "head"))
     assert tfm.count_parameters(cfg, embeddings=False, post_norm=post) == non_emb
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-import mlbook
+from mlbook.teaching import setup, show_source
 from mlbook import viz
 
 
@@ -22,8 +22,15 @@ def test_style_and_subplots():
 
 def test_heatmap_labels_and_validation():
     fig, axes = viz.subplots()
-    im = viz.heatmap(axes[0, 0], np.eye(3), xlabels=list("abc"), ylabels=list("xyz"),
-                     highlight_row=1, annotate=True, title="t")
+    im = viz.heatmap(
+        axes[0, 0],
+        np.eye(3),
+        xlabels=list("abc"),
+        ylabels=list("xyz"),
+        highlight_row=1,
+        annotate=True,
+        title="t",
+    )
     assert im.get_array().shape == (3, 3)
     assert [t.get_text() for t in axes[0, 0].get_xticklabels()] == list("abc")
     with pytest.raises(ValueError, match="2-D"):
@@ -36,18 +43,18 @@ def test_heatmap_labels_and_validation():
 
 
 def test_setup_seeds_everything():
-    a = mlbook.setup(seed=3).random(), torch.rand(1).item()
-    b = mlbook.setup(seed=3).random(), torch.rand(1).item()
+    a = setup(seed=3).random(), torch.rand(1).item()
+    b = setup(seed=3).random(), torch.rand(1).item()
     assert a == b
     assert torch.get_num_threads() == 1
     with pytest.raises(ValueError, match="seed"):
-        mlbook.setup(seed=-1)
+        setup(seed=-1)
     with pytest.raises(ValueError, match="threads"):
-        mlbook.setup(threads=0)
+        setup(threads=0)
 
 
 def test_show_source_rejects_non_functions():
     with pytest.raises(TypeError, match="functions and classes"):
-        mlbook.show_source(42)
+        show_source(42)
     with pytest.raises(ValueError, match="at least one"):
-        mlbook.show_source()
+        show_source()

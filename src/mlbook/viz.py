@@ -56,11 +56,23 @@ def subplots(nrows: int = 1, ncols: int = 1, *, height: float | None = None, **k
     return plt.subplots(nrows, ncols, figsize=(7.0, h), squeeze=False, **kwargs)
 
 
-def heatmap(ax, matrix, *, xlabels: Sequence[str] | None = None,
-            ylabels: Sequence[str] | None = None, title: str = "", xlabel: str = "",
-            ylabel: str = "", highlight_row: int | None = None, annotate: bool = False,
-            fmt: str = ".2f", vmin: float | None = None, vmax: float | None = None,
-            cmap: str = "viridis", colorbar: bool = True):
+def heatmap(
+    ax,
+    matrix,
+    *,
+    xlabels: Sequence[str] | None = None,
+    ylabels: Sequence[str] | None = None,
+    title: str = "",
+    xlabel: str = "",
+    ylabel: str = "",
+    highlight_row: int | None = None,
+    annotate: bool = False,
+    fmt: str = ".2f",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    cmap: str = "viridis",
+    colorbar: bool = True,
+):
     """Draw a matrix as a heat map with labelled ticks.
 
     Args:
@@ -86,8 +98,12 @@ def heatmap(ax, matrix, *, xlabels: Sequence[str] | None = None,
     im = ax.imshow(m, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
     ax.grid(False)
     if xlabels is not None:
-        ax.set_xticks(range(c), xlabels, rotation=45 if max(map(len, xlabels)) > 3 else 0,
-                      ha="right" if max(map(len, xlabels)) > 3 else "center")
+        ax.set_xticks(
+            range(c),
+            xlabels,
+            rotation=45 if max(map(len, xlabels)) > 3 else 0,
+            ha="right" if max(map(len, xlabels)) > 3 else "center",
+        )
     if ylabels is not None:
         ax.set_yticks(range(r), ylabels)
     if annotate:
@@ -95,11 +111,21 @@ def heatmap(ax, matrix, *, xlabels: Sequence[str] | None = None,
         mid = (lo + hi) / 2
         for i in range(r):
             for j in range(c):
-                ax.text(j, i, format(m[i, j], fmt), ha="center", va="center", fontsize=8,
-                        color="white" if m[i, j] < mid else "black")
+                ax.text(
+                    j,
+                    i,
+                    format(m[i, j], fmt),
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if m[i, j] < mid else "black",
+                )
     if highlight_row is not None:
-        ax.add_patch(mpl.patches.Rectangle((-0.5, highlight_row - 0.5), c, 1, fill=False,
-                                           edgecolor=PALETTE[3], linewidth=2.5))
+        ax.add_patch(
+            mpl.patches.Rectangle(
+                (-0.5, highlight_row - 0.5), c, 1, fill=False, edgecolor=PALETTE[3], linewidth=2.5
+            )
+        )
     ax.set_title(title)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -108,12 +134,21 @@ def heatmap(ax, matrix, *, xlabels: Sequence[str] | None = None,
     return im
 
 
-def attention_grid(maps, *, labels: Sequence[str] | None = None,
-                   titles: Sequence[str] | None = None, ncols: int = 4,
-                   highlight: int | None = None, highlight_row: int | None = None,
-                   vmin: float = 0.0, vmax: float | None = None, cmap: str = "viridis",
-                   title: str = "", panel_height: float = 1.9,
-                   colorbar_label: str = "attention weight"):
+def attention_grid(
+    maps,
+    *,
+    labels: Sequence[str] | None = None,
+    titles: Sequence[str] | None = None,
+    ncols: int = 4,
+    highlight: int | None = None,
+    highlight_row: int | None = None,
+    vmin: float = 0.0,
+    vmax: float | None = None,
+    cmap: str = "viridis",
+    title: str = "",
+    panel_height: float = 1.9,
+    colorbar_label: str = "attention weight",
+):
     """Draw N square matrices (e.g. the heads of one layer) as small multiples on one scale.
 
     Args:
@@ -152,8 +187,9 @@ def attention_grid(maps, *, labels: Sequence[str] | None = None,
         if idx >= n:
             ax.set_visible(False)
             continue
-        im = ax.imshow(m[idx], cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto",
-                       interpolation="nearest")
+        im = ax.imshow(
+            m[idx], cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest"
+        )
         ax.grid(False)
         ax.set_title(titles[idx] if titles is not None else str(idx), fontsize=9)
         left, bottom = idx % ncols == 0, idx + ncols >= n
@@ -166,8 +202,16 @@ def attention_grid(maps, *, labels: Sequence[str] | None = None,
         else:
             ax.set_xticks([])
         if highlight_row is not None:
-            ax.add_patch(mpl.patches.Rectangle((-0.5, highlight_row - 0.5), c, 1, fill=False,
-                                               edgecolor=PALETTE[3], linewidth=1.5))
+            ax.add_patch(
+                mpl.patches.Rectangle(
+                    (-0.5, highlight_row - 0.5),
+                    c,
+                    1,
+                    fill=False,
+                    edgecolor=PALETTE[3],
+                    linewidth=1.5,
+                )
+            )
         if idx == highlight:
             for spine in ax.spines.values():
                 spine.set_visible(True)

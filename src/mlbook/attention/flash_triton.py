@@ -1,0 +1,370 @@
+"""A FlashAttention forward kernel in Triton, causal or not, fp32 or fp16 (chapter 26).
+
+The kernel is the tiled algorithm of :func:`mlbook.attention.tiled.tiled_attention` written for
+a GPU: one program instance owns BLOCK_M queries, keeps their running state (m, l, acc) in
+registers, and streams K and V through on-chip memory BLOCK_N keys at a time (eqs. 26.1-26.4).
+The (T_q, T_k) score matrix never exists in GPU main memory (HBM); only Q, K, V are read and
+only O (plus one log-sum-exp per query) is written.
+
+Where it runs, and who sets ``TRITON_INTERPRET``
+    Triton decides at the moment a kernel is *defined* (``@triton.jit``) whether it compiles it
+    for a GPU or runs it in its interpreter, from the environment variable ``TRITON_INTERPRET``.
+    This module makes that choice itself, at import, before it imports Triton: when torch sees no
+    CUDA device and the variable is unset, it sets ``TRITON_INTERPRET=1``. So ``import
+    mlbook.attention.flash_triton`` always gives a kernel that can run: natively on CUDA, and under the
+    interpreter (NumPy on the CPU, same code, slow: keep sizes small) elsewhere. The reader
+    never has to remember an environment variable, and a value set explicitly by the user wins.
+    The variable is process-wide, so Triton kernels defined later in the same process on a
+    machine without CUDA are interpreted too, which is the only way they could run there.
+    Triton reads the variable once more, when it is itself imported, to wrap its standard
+    library; if another module imported Triton first (``torch.utils.flop_counter`` does), this
+    module re-wraps that library for the interpreter (:func:`_interpret_triton_stdlib`), so the
+    import order does not matter.
+
+    If Triton is not installed (it ships for Linux x86-64 only), importing still works:
+    ``TRITON_AVAILABLE`` is False, ``TRITON_MESSAGE`` says why, and :func:`flash_attention`
+    raises a RuntimeError naming the fallback, :func:`mlbook.attention.tiled.tiled_attention`.
+
+Shape legend
+    B, H    batch and heads;  T_q, T_k  queries and keys;  d  head width (queries, keys, values)
+    q       (B, H, T_q, d)   k, v  (B, H, T_k, d)   out  (B, H, T_q, d)   lse  (B, H, T_q)
+    BLOCK_M queries per program;  BLOCK_N keys per inner step;  BLOCK_D  d rounded up to a power
+            of two (>= 16); the kernel masks the padding
+
+Causal masks are bottom-right aligned (key j visible to query i iff j <= i + T_k - T_q, needs
+T_q <= T_k), as in :mod:`mlbook.attention.tiled`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+__all__ = [
+    "TRITON_AVAILABLE",
+    "TRITON_MESSAGE",
+    "INTERPRETED",
+    "BACKEND",
+    "flash_attention",
+    "flash_forward",
+]
+
+if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
+    os.environ["TRITON_INTERPRET"] = "1"  # no GPU: run kernels in Triton's CPU interpreter
+
+#: True when Triton kernels run through its interpreter (on CPU tensors).
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+try:
+    import triton
+    import triton.language as tl
+
+    TRITON_AVAILABLE = True
+    TRITON_MESSAGE = f"Triton {triton.__version__}: " + (
+        "interpreter on the CPU (no CUDA device)" if INTERPRETED else "compiled for the CUDA device"
+    )
+except ImportError as err:  # pragma: no cover - depends on the platform
+    triton = tl = None
+    TRITON_AVAILABLE = False
+    TRITON_MESSAGE = (
+        f"Triton is not installed ({err}); the Triton kernel cannot run here. "
+        "Use mlbook.attention.tiled.tiled_attention, the same algorithm in torch."
+    )
+
+
+def _interpret_triton_stdlib() -> int:
+    """Make Triton's own jit'd helpers (``tl.zeros``, ``tl.max``, ``tl.sum``, ...) interpretable.
+
+    Triton wraps its standard library when *Triton itself* is imported. If something imported
+    it before ``TRITON_INTERPRET=1`` was set (``torch.utils.flop_counter`` does, and other book
+    modules use that), those helpers are GPU-only ``JITFunction`` objects, which the interpreter
+    refuses to call. Re-importing Triton is not possible (its C extension registers types once),
+    so this re-wraps each of them as the interpreter would have (one wrapper per helper, so that
+    the interpreter's fast paths, which test ``combine_fn is tl.standard._elementwise_max``,
+    still recognise them). Called only where no CUDA device exists, so no compiled kernel can be
+    affected. Returns how many helpers were re-wrapped (0 when Triton was imported correctly).
+    """
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    wrapped = {}
+    for namespace in (tl.standard, tl.core, tl.math, tl, tl.tensor):
+        for name, obj in list(vars(namespace).items()):
+            if isinstance(obj, JITFunction):
+                if id(obj) not in wrapped:
+                    wrapped[id(obj)] = InterpretedFunction(obj.fn)
+                setattr(namespace, name, wrapped[id(obj)])
+    return len(wrapped)
+
+
+if TRITON_AVAILABLE and INTERPRETED and not torch.cuda.is_available():
+    _interpret_triton_stdlib()
+
+#: What :func:`flash_forward` runs here: the Triton kernel (compiled or interpreted) or torch.
+BACKEND = (
+    ("triton-interpreter" if INTERPRETED else "triton-cuda") if TRITON_AVAILABLE else "torch-tiled"
+)
+
+
+def _flash_forward_kernel(
+    Q,
+    K,
+    V,
+    O,
+    LSE,  # pointers to the first element
+    stride_qb,
+    stride_qh,
+    stride_qt,  # strides (in elements) of q ...
+    stride_kb,
+    stride_kh,
+    stride_kt,  # ... k ...
+    stride_vb,
+    stride_vh,
+    stride_vt,  # ... v ...
+    stride_ob,
+    stride_oh,
+    stride_ot,  # ... and out; the last axis is unit
+    H,
+    T_q,
+    T_k,
+    D,
+    qk_scale,
+    CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    # Which tile am I? Axis 0 of the launch grid: the query block; axis 1: (batch, head).
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # this program's query rows
+    offs_n = tl.arange(0, BLOCK_N)  # key rows within one key block
+    offs_d = tl.arange(0, BLOCK_D)  # feature columns
+    row_ok = offs_m < T_q  # the last block may hang over T_q
+    col_ok = offs_d < D  # BLOCK_D may exceed d
+    q_ptrs = Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qt + offs_d[None, :]
+    k_base = K + b * stride_kb + h * stride_kh
+    v_base = V + b * stride_vb + h * stride_vh
+
+    # Load the query block once; it stays in registers for the whole key loop.
+    q = tl.load(q_ptrs, mask=row_ok[:, None] & col_ok[None, :], other=0.0)  # (BLOCK_M, BLOCK_D)
+
+    # The running state of eqs. 26.2-26.3, always in float32 (also for fp16 inputs).
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running max
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)  # running numerator
+
+    # Keys to visit: all of them, or under the causal mask only up to the last key that the
+    # block's last query may see (i + T_k - T_q): the tiles beyond are skipped, not masked.
+    offset = T_k - T_q
+    if CAUSAL:
+        k_end = tl.minimum(T_k, (pid_m + 1) * BLOCK_M + offset)
+    else:
+        k_end = T_k
+    for start_n in range(0, k_end, BLOCK_N):
+        cols = start_n + offs_n  # absolute key indices of this block
+        key_ok = cols < T_k
+        # K is loaded transposed, (BLOCK_D, BLOCK_N), so that q @ k_t is a plain dot.
+        k_t = tl.load(
+            k_base + cols[None, :] * stride_kt + offs_d[:, None],
+            mask=key_ok[None, :] & col_ok[:, None],
+            other=0.0,
+        )
+        v = tl.load(
+            v_base + cols[:, None] * stride_vt + offs_d[None, :],
+            mask=key_ok[:, None] & col_ok[None, :],
+            other=0.0,
+        )  # (BLOCK_N, BLOCK_D)
+        # Scores in base 2: qk_scale = scale * log2(e), so exp2(s) = exp(scale * q.k).
+        # DOT_PRECISION is "ieee" for fp32 inputs: true fp32 products, not the TF32 default
+        # of NVIDIA tensor cores (10-bit mantissa), so fp32 results match to ~1e-6.
+        s = tl.dot(q, k_t, input_precision=DOT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N)
+        visible = key_ok[None, :]
+        if CAUSAL:
+            visible = visible & (cols[None, :] <= offs_m[:, None] + offset)
+        s = tl.where(visible, s, float("-inf"))
+        # Eq. 26.2: new max, rescale factor for the old state, block sum.
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)  # first block: exp2(-inf) = 0
+        p = tl.exp2(s - m_new[:, None])  # masked entries: exp2(-inf) = 0
+        l_i = l_i * alpha + tl.sum(p, 1)
+        # Eq. 26.3: rescale the numerator and add this block's p @ v (p cast to v's dtype
+        # so that fp16 inputs use the fp16 tensor-core dot, still accumulating in fp32).
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        m_i = m_new
+
+    # Eq. 26.4, then write O and the log-sum-exp (natural log) of every query row.
+    out = acc / l_i[:, None]
+    o_ptrs = O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_ot + offs_d[None, :]
+    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
+    lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # log2 -> natural log: times ln 2
+    tl.store(LSE + pid_bh * T_q + offs_m, lse, mask=row_ok)
+
+
+# ``triton.jit`` turns the Python function above into a kernel: compiled for the GPU, or wrapped
+# for the interpreter when TRITON_INTERPRET=1 (decided here, at definition time).
+_flash_forward_jit = triton.jit(_flash_forward_kernel) if TRITON_AVAILABLE else None
+
+
+def _check_inputs(q, k, v, causal, scale, block_m, block_n):
+    for x, name in ((q, "q"), (k, "k"), (v, "v")):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dtype not in (torch.float32, torch.float16):
+            raise TypeError(f"{name} must be float32 or float16, got {x.dtype}")
+        if x.ndim != 4:
+            raise ValueError(f"{name} must have shape (B, H, T, d), got {tuple(x.shape)}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not q.device == k.device == v.device:
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    B, H, T_q, d = q.shape
+    if k.shape[:2] != (B, H) or k.shape != v.shape or k.shape[-1] != d:
+        raise ValueError(
+            f"need q (B, H, T_q, d) and k, v (B, H, T_k, d); got {tuple(q.shape)}, "
+            f"{tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if min(q.numel(), k.numel()) == 0:
+        raise ValueError(f"empty attention: q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if d > 256:
+        raise ValueError(f"head width d = {d} is too large for this kernel (at most 256)")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if causal and T_q > k.shape[2]:
+        raise ValueError(f"causal attention needs T_q <= T_k, got T_q = {T_q} > T_k = {k.shape[2]}")
+    for val, name in ((block_m, "block_m"), (block_n, "block_n")):
+        if isinstance(val, bool) or not isinstance(val, int) or val < 16 or val & (val - 1):
+            raise ValueError(f"{name} must be a power of two >= 16, got {val!r}")
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    if (
+        isinstance(scale, bool)
+        or not isinstance(scale, (int, float))
+        or not (math.isfinite(scale) and scale > 0)
+    ):
+        raise ValueError(f"scale must be a positive finite float or None, got {scale!r}")
+    return float(scale)
+
+
+def flash_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    scale: float | None = None,
+    block_m: int = 64,
+    block_n: int = 64,
+    return_lse: bool = False,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+):
+    """FlashAttention forward: softmax(scale q k^T) v by the Triton kernel (eqs. 26.1-26.4).
+
+    Runs natively on CUDA tensors and under Triton's interpreter on CPU tensors (see the module
+    docstring). Accumulates in float32 for float16 inputs, like FlashAttention.
+
+    Args:
+        q: (B, H, T_q, d);  k, v: (B, H, T_k, d); float32 or float16, one device.
+        causal: bottom-right causal mask (needs T_q <= T_k).
+        scale: score multiplier, default 1/sqrt(d).
+        block_m, block_n: queries per program and keys per inner step, powers of two >= 16;
+            they need not divide T_q or T_k.
+        return_lse: also return the float32 log-sum-exp of each query's scaled scores.
+        num_warps, num_stages: GPU launch options (threads per program / 32, software-pipelining
+            depth); ``None`` keeps Triton's defaults. The interpreter ignores them.
+
+    Returns:
+        out: (B, H, T_q, d) in q's dtype, and ``lse`` (B, H, T_q) if ``return_lse``.
+    """
+    if not TRITON_AVAILABLE:
+        raise RuntimeError(TRITON_MESSAGE)
+    c = _check_inputs(q, k, v, causal, scale, block_m, block_n)
+    if q.device.type == "cuda" and INTERPRETED:
+        raise RuntimeError(
+            "TRITON_INTERPRET=1 is set but the tensors are on CUDA: unset it "
+            "before importing mlbook.attention.flash_triton to compile the kernel"
+        )
+    if q.device.type != "cuda" and not INTERPRETED:
+        raise RuntimeError(
+            f"tensors on {q.device} need Triton's interpreter: set "
+            "TRITON_INTERPRET=1 before importing mlbook.attention.flash_triton"
+        )
+    launch = {}
+    for val, name in ((num_warps, "num_warps"), (num_stages, "num_stages")):
+        if val is not None:
+            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+                raise ValueError(f"{name} must be a positive int or None, got {val!r}")
+            launch[name] = val
+    B, H, T_q, d = q.shape
+    T_k = k.shape[2]
+    # Any strides work (e.g. a (B, T, H, d) buffer viewed as (B, H, T, d)), except that the
+    # kernel assumes consecutive features: copy only if the last axis is not contiguous.
+    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+    out = torch.empty_like(q)
+    lse = torch.empty((B, H, T_q), dtype=torch.float32, device=q.device)
+    block_d = max(16, triton.next_power_of_2(d))
+    grid = (triton.cdiv(T_q, block_m), B * H)  # one program per query block
+    _flash_forward_jit[grid](
+        q,
+        k,
+        v,
+        out,
+        lse,
+        q.stride(0),
+        q.stride(1),
+        q.stride(2),
+        k.stride(0),
+        k.stride(1),
+        k.stride(2),
+        v.stride(0),
+        v.stride(1),
+        v.stride(2),
+        out.stride(0),
+        out.stride(1),
+        out.stride(2),
+        H,
+        T_q,
+        T_k,
+        d,
+        c * 1.4426950408889634,  # scale * log2(e)
+        CAUSAL=causal,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_D=block_d,
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",  # tf32: ignored for fp16
+        **launch,
+    )
+    return (out, lse) if return_lse else out
+
+
+def flash_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    scale: float | None = None,
+    block_m: int = 64,
+    block_n: int = 64,
+):
+    """The FlashAttention forward that can run here: the Triton kernel, or its torch twin.
+
+    With Triton: :func:`flash_attention`. Without: :func:`mlbook.attention.tiled.tiled_attention`
+    on the same tiles, with the kernel's numerics (inputs upcast to float32, fp32 running state,
+    output cast back to the input dtype). :data:`BACKEND` says which one runs.
+
+    Args and returns as :func:`flash_attention` (without ``return_lse``).
+    """
+    if TRITON_AVAILABLE:
+        return flash_attention(q, k, v, causal, scale, block_m, block_n)
+    from .tiled import tiled_attention
+
+    _check_inputs(q, k, v, causal, scale, block_m, block_n)
+    out = tiled_attention(
+        q.float(), k.float(), v.float(), causal, scale, block_q=block_m, block_k=block_n
+    )
+    return out.to(q.dtype)

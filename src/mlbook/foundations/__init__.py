@@ -1,0 +1,8 @@
+"""Foundations (chapters 6–10): probability, information, statistics, learning from data, autodiff.
+
+probability     probability rules, gradient estimators, Gumbel-max (6)
+information     entropy, cross-entropy, KL, mutual information, perplexity (7)
+hypothesis      proportions, intervals, p-values, McNemar, sample sizes (8)
+linear_models   empirical risk, least squares, logistic regression (9)
+autodiff        forward- and reverse-mode automatic differentiation (10)
+"""

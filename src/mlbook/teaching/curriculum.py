@@ -1,0 +1,391 @@
+"""The book's curriculum, read from the chapter notebooks themselves.
+
+Every chapter's header cell states its title (``# NN · Title``), a **Prerequisites** paragraph
+with links to earlier chapters (``[chapter 6](06_probability.ipynb)``) and an **Estimated time**
+line ("60 minutes to read ..."). This module turns those headers, plus a count of the chapter's
+exercises (``:::{exercise}``) and labelled sheet equations (``$$ ... $$ (eq-N-k)``), into
+:class:`ChapterInfo` records and a dependency graph: an edge ``p -> n`` says that chapter ``p`` is
+a prerequisite of chapter ``n``. The instructor guide uses it to print the table of chapters, draw
+the graph and list what a student needs before any chapter.
+
+Notebooks are read as JSON (no Jupyter dependency), and everything here is a pure function of the
+files' text, so the results are the same on every machine. Malformed input raises ``ValueError``
+naming the file and what is wrong with it.
+
+Shape legend: no tensors; chapters are ints (the formula-sheet chapter number), edges are
+``(prerequisite, chapter)`` pairs, positions ``(x, y)`` floats.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "ChapterInfo",
+    "read_chapter",
+    "read_chapters",
+    "dependency_edges",
+    "topological_order",
+    "topological_depths",
+    "prerequisite_closure",
+    "transitive_reduction",
+    "layered_layout",
+]
+
+_FILE_RE = re.compile(r"^(\d{2,})_[a-z0-9_]+\.ipynb$")
+_TITLE_RE = re.compile(r"^#\s+(\d{2,})\s+·\s+(\S.*?)\s*$")
+_PREREQ_RE = re.compile(r"^\s*\*\*Prerequisites:?\*\*")
+_LABEL_LINE_RE = re.compile(r"^\s*\*\*[^*]+\*\*")  # a new "**Label**" line ends the paragraph
+_TIME_RE = re.compile(r"^\s*\*\*Estimated time:?\*\*(.*)$")
+_MINUTES_RE = re.compile(r"(\d+)\s*minutes?\b")
+_LINK_RE = re.compile(r"\[([^\]]*)\]\(([^)\s]+)\)")
+_CHAPTER_LINK_RE = re.compile(r"^(?:\./)?(\d{2,})_[a-z0-9_]+\.ipynb(?:#[\w.-]*)?$")
+_LINK_TEXT_RE = re.compile(r"^chapters?\s+(\d+)$")
+_EXERCISE_RE = re.compile(r"^\s*(?::{3,}|`{3,})\s*\{exercise(?:-start)?\}", re.M)
+_EQ_LABEL_RE = re.compile(r"\$\$\s*\((eq-(\d+)-(\d+))\)")
+
+
+@dataclass(frozen=True)
+class ChapterInfo:
+    """What the header and the body of one chapter notebook say about it.
+
+    Attributes:
+        number: the formula-sheet chapter number (6 for ``06_probability.ipynb``).
+        title: the title of the header line ``# 06 · Probability Theory``.
+        path: the notebook file.
+        prerequisites: sorted chapter numbers linked from the Prerequisites paragraph.
+        minutes: estimated minutes to read and work through, or None if the header gives none.
+        exercises: number of ``{exercise}`` directives.
+        equations: number of labelled sheet equations ``$$ ... $$ (eq-N-k)``.
+    """
+
+    number: int
+    title: str
+    path: Path
+    prerequisites: tuple[int, ...]
+    minutes: int | None
+    exercises: int
+    equations: int
+
+
+def _cell_text(cell, path: Path, index: int) -> str:
+    if not isinstance(cell, dict) or "source" not in cell:
+        raise ValueError(f"{path}: cell {index} is not a notebook cell (no 'source')")
+    src = cell["source"]
+    if isinstance(src, list) and all(isinstance(s, str) for s in src):
+        return "".join(src)
+    if isinstance(src, str):
+        return src
+    raise ValueError(f"{path}: cell {index} has a source of type {type(src).__name__}")
+
+
+def _prerequisites(header: str, number: int, path: Path) -> tuple[int, ...]:
+    """Chapter numbers linked inside the header's Prerequisites paragraph (and nowhere else)."""
+    lines = header.splitlines()
+    starts = [i for i, line in enumerate(lines) if _PREREQ_RE.match(line)]
+    if not starts:
+        raise ValueError(f"{path}: the header cell has no '**Prerequisites**' paragraph")
+    if len(starts) > 1:
+        raise ValueError(
+            f"{path}: the header cell has {len(starts)} '**Prerequisites**' paragraphs"
+        )
+    para = [lines[starts[0]]]
+    for line in lines[starts[0] + 1 :]:
+        if not line.strip() or _LABEL_LINE_RE.match(line):
+            break
+        para.append(line)
+    text = " ".join(para)
+    found = set()
+    for link_text, target in _LINK_RE.findall(text):
+        m = _CHAPTER_LINK_RE.match(target)
+        if not m:
+            continue  # a link to something other than a chapter notebook
+        target_n = int(m.group(1))
+        t = _LINK_TEXT_RE.match(" ".join(link_text.split()))
+        if t and int(t.group(1)) != target_n:
+            raise ValueError(
+                f"{path}: prerequisite link [{link_text}]({target}) says chapter "
+                f"{t.group(1)} but points to chapter {target_n}"
+            )
+        if target_n == number:
+            raise ValueError(f"{path}: chapter {number} lists itself as a prerequisite")
+        found.add(target_n)
+    return tuple(sorted(found))
+
+
+def _minutes(header: str) -> int | None:
+    for line in header.splitlines():
+        m = _TIME_RE.match(line)
+        if m:
+            minutes = _MINUTES_RE.search(m.group(1))
+            return int(minutes.group(1)) if minutes else None
+    return None
+
+
+def read_chapter(path: str | Path) -> ChapterInfo:
+    """Read one chapter notebook ``NN_slug.ipynb`` into a :class:`ChapterInfo`.
+
+    Args:
+        path: the notebook file; its name must be ``NN_slug.ipynb`` with ``NN`` equal to the
+            number of its title line ``# NN · Title``.
+
+    Raises:
+        ValueError: the file name, the JSON, the header cell, the title line or the
+            Prerequisites paragraph is malformed, a prerequisite link's text and target disagree,
+            or an equation label is duplicated or belongs to another chapter.
+    """
+    path = Path(path)
+    m = _FILE_RE.match(path.name)
+    if not m:
+        raise ValueError(f"{path}: a chapter notebook must be named NN_slug.ipynb")
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not a JSON notebook ({err.msg} at line {err.lineno})") from None
+    cells = nb.get("cells") if isinstance(nb, dict) else None
+    if not isinstance(cells, list) or not cells:
+        raise ValueError(f"{path}: the notebook has no cells")
+    if not isinstance(cells[0], dict) or cells[0].get("cell_type") != "markdown":
+        raise ValueError(f"{path}: the first cell must be the Markdown header")
+    header = _cell_text(cells[0], path, 0)
+    first = next((line for line in header.splitlines() if line.strip()), "")
+    t = _TITLE_RE.match(first)
+    if not t:
+        raise ValueError(f"{path}: the header must start with '# NN · Title', found {first!r}")
+    number = int(t.group(1))
+    if number != int(m.group(1)):
+        raise ValueError(
+            f"{path}: the title says chapter {number}, the file name chapter {int(m.group(1))}"
+        )
+    markdown = "\n".join(
+        _cell_text(c, path, i)
+        for i, c in enumerate(cells)
+        if isinstance(c, dict) and c.get("cell_type") == "markdown"
+    )
+    labels = _EQ_LABEL_RE.findall(markdown)
+    names = [name for name, _, _ in labels]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"{path}: equation label(s) {', '.join(dup)} used more than once")
+    foreign = [name for name, n, _ in labels if int(n) != number]
+    if foreign:
+        raise ValueError(
+            f"{path}: chapter {number} labels {', '.join(foreign)}, which belong to another chapter"
+        )
+    return ChapterInfo(
+        number=number,
+        title=t.group(2),
+        path=path,
+        prerequisites=_prerequisites(header, number, path),
+        minutes=_minutes(header),
+        exercises=len(_EXERCISE_RE.findall(markdown)),
+        equations=len(labels),
+    )
+
+
+def read_chapters(folder: str | Path | None = None) -> list[ChapterInfo]:
+    """Read every ``*.ipynb`` of ``folder``, sorted by chapter number.
+
+    Args:
+        folder: the chapters folder; default ``chapters/`` of the repository this package was
+            installed from in development mode (pass it explicitly anywhere else).
+
+    Raises:
+        ValueError: the folder does not exist or holds no notebooks, two notebooks share a
+            chapter number, or a notebook is malformed (see :func:`read_chapter`).
+    """
+    if folder is None:
+        folder = Path(__file__).resolve().parents[2] / "chapters"
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"{folder}: no such folder of chapter notebooks")
+    chapters = [read_chapter(p) for p in sorted(folder.glob("*.ipynb")) if p.is_file()]
+    if not chapters:
+        raise ValueError(f"{folder}: no chapter notebooks (*.ipynb) in it")
+    _index(chapters)
+    return sorted(chapters, key=lambda c: c.number)
+
+
+def _index(chapters: Iterable[ChapterInfo]) -> dict[int, ChapterInfo]:
+    """{number: chapter}; raises on duplicate numbers or objects that are not ChapterInfo."""
+    out: dict[int, ChapterInfo] = {}
+    for c in chapters:
+        if not isinstance(c, ChapterInfo):
+            raise TypeError(f"expected ChapterInfo records, got {type(c).__name__}")
+        if c.number in out:
+            raise ValueError(f"chapter {c.number} appears twice: {out[c.number].path} and {c.path}")
+        out[c.number] = c
+    return out
+
+
+def dependency_edges(chapters: Sequence[ChapterInfo]) -> list[tuple[int, int]]:
+    """All prerequisite edges ``(p, n)``, "chapter p comes before chapter n", sorted.
+
+    Raises:
+        ValueError: a chapter names a prerequisite that is not among ``chapters``, or two
+            records share a chapter number.
+    """
+    index = _index(chapters)
+    edges = []
+    for n, c in index.items():
+        for p in c.prerequisites:
+            if p not in index:
+                raise ValueError(
+                    f"chapter {n} lists chapter {p} as a prerequisite, but no such chapter was read"
+                )
+            edges.append((p, n))
+    return sorted(edges)
+
+
+def _find_cycle(nodes: set[int], parents: dict[int, tuple[int, ...]]) -> list[int]:
+    """A cycle among ``nodes`` (each of which lies on or leads into one), as p -> ... -> p."""
+    start = min(nodes)
+    path, seen = [start], {start: 0}
+    while True:
+        nxt = min(p for p in parents[path[-1]] if p in nodes)
+        if nxt in seen:
+            cycle = path[seen[nxt] :] + [nxt]
+            return cycle[::-1]  # parents were followed backwards: print in reading direction
+        seen[nxt] = len(path)
+        path.append(nxt)
+
+
+def topological_order(chapters: Sequence[ChapterInfo]) -> list[int]:
+    """Chapter numbers in an order in which every prerequisite comes first.
+
+    Kahn's algorithm that always takes the smallest available number, so the order is unique and
+    equals the numeric order whenever the numeric order is valid.
+
+    Raises:
+        ValueError: the prerequisites form a cycle; the message names it, e.g.
+            ``prerequisite cycle: 7 -> 9 -> 7``. Also for missing prerequisites (see
+            :func:`dependency_edges`).
+    """
+    edges = dependency_edges(chapters)
+    index = _index(chapters)
+    indegree = {n: 0 for n in index}
+    children: dict[int, list[int]] = {n: [] for n in index}
+    for p, n in edges:
+        indegree[n] += 1
+        children[p].append(n)
+    ready = [n for n, d in indegree.items() if d == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        p = heapq.heappop(ready)
+        order.append(p)
+        for n in children[p]:
+            indegree[n] -= 1
+            if indegree[n] == 0:
+                heapq.heappush(ready, n)
+    if len(order) < len(index):
+        left = set(index) - set(order)
+        cycle = _find_cycle(left, {n: index[n].prerequisites for n in left})
+        raise ValueError("prerequisite cycle: " + " -> ".join(map(str, cycle)))
+    return order
+
+
+def topological_depths(chapters: Sequence[ChapterInfo]) -> dict[int, int]:
+    """{chapter: depth}: 0 without prerequisites, else 1 + the largest depth of a prerequisite.
+
+    The depth is the length of the longest prerequisite chain that ends in the chapter.
+
+    Raises:
+        ValueError: as :func:`topological_order`.
+    """
+    index = _index(chapters)
+    depth: dict[int, int] = {}
+    for n in topological_order(chapters):
+        depth[n] = 1 + max((depth[p] for p in index[n].prerequisites), default=-1)
+    return dict(sorted(depth.items()))
+
+
+def prerequisite_closure(chapters: Sequence[ChapterInfo], n: int) -> list[int]:
+    """Every chapter a student needs before chapter ``n``, direct or indirect, in reading order.
+
+    Args:
+        chapters: the records, e.g. from :func:`read_chapters`.
+        n: a chapter number among them.
+
+    Returns:
+        The ancestors of ``n`` in the prerequisite graph (not ``n`` itself), in
+        :func:`topological_order`.
+
+    Raises:
+        ValueError: ``n`` is not among the chapters, or the graph has a cycle.
+    """
+    index = _index(chapters)
+    if isinstance(n, bool) or not isinstance(n, int) or n not in index:
+        raise ValueError(f"chapter {n!r} is not among the chapters read ({sorted(index)})")
+    order = topological_order(chapters)
+    needed: set[int] = set()
+    stack = list(index[n].prerequisites)
+    while stack:
+        p = stack.pop()
+        if p not in needed:
+            needed.add(p)
+            stack.extend(index[p].prerequisites)
+    return [c for c in order if c in needed]
+
+
+def transitive_reduction(chapters: Sequence[ChapterInfo]) -> list[tuple[int, int]]:
+    """The edges ``(p, n)`` that no longer prerequisite chain implies, sorted.
+
+    An edge p -> n is *redundant* when n also reaches p through another prerequisite
+    (p -> q -> ... -> n); the remaining edges have the same closure and are what a figure of
+    the graph needs to show most clearly.
+
+    Raises:
+        ValueError: as :func:`topological_order`.
+    """
+    index = _index(chapters)
+    closure = {m: set(prerequisite_closure(chapters, m)) for m in index}
+    keep = []
+    for p, n in dependency_edges(chapters):
+        others = [q for q in index[n].prerequisites if q != p]
+        if not any(p in closure[q] for q in others):
+            keep.append((p, n))
+    return keep
+
+
+def layered_layout(
+    chapters: Sequence[ChapterInfo], *, spacing: float = 1.0
+) -> dict[int, tuple[float, float]]:
+    """Deterministic positions for drawing the graph: x = depth, y spread within each layer.
+
+    Layer ``d`` holds the chapters of :func:`topological_depths` ``d``. Within a layer the
+    chapters are ordered by the mean y of their prerequisites (the barycentre heuristic, which
+    keeps arrows short and reduces crossings), ties broken by chapter number, and centred on
+    y = 0 with ``spacing`` between neighbours. Smaller y is drawn higher by the caller if it
+    inverts the axis; no randomness anywhere.
+
+    Returns:
+        {chapter: (x, y)}.
+
+    Raises:
+        ValueError: ``spacing`` is not positive, or as :func:`topological_order`.
+    """
+    if not spacing > 0:
+        raise ValueError(f"spacing must be positive, got {spacing!r}")
+    index = _index(chapters)
+    depth = topological_depths(chapters)
+    layers: dict[int, list[int]] = {}
+    for n, d in depth.items():
+        layers.setdefault(d, []).append(n)
+    pos: dict[int, tuple[float, float]] = {}
+    for d in sorted(layers):
+
+        def key(n: int) -> tuple[float, int]:
+            ys = [pos[p][1] for p in index[n].prerequisites]
+            return (sum(ys) / len(ys) if ys else 0.0, n)
+
+        layer = sorted(layers[d], key=key)
+        offset = (len(layer) - 1) / 2
+        for i, n in enumerate(layer):
+            pos[n] = (float(d), (i - offset) * spacing)
+    return dict(sorted(pos.items()))

@@ -1,0 +1,519 @@
+"""Checks of the exercises of chapter 9 (learning from data).
+
+The references are independent of :mod:`mlbook.foundations.linear_models` wherever the answer is not asked to
+call it: ridge solutions from ``torch.linalg.lstsq`` on the augmented system ``[X; sqrt(N l2) I]``,
+the gradient-descent error in closed form from ``torch.linalg.eigh``, condition numbers from the
+singular values that the check prescribes, logistic losses from
+``F.binary_cross_entropy_with_logits`` along a gradient-descent loop written out here, and
+separability from data built to be separable or not. Where the exercise names the package's
+solvers (the relative errors of ``normal_equations`` and ``least_squares_qr``), the check also
+verifies the predicted sizes ``kappa^2 eps`` and ``kappa eps``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ...foundations import linear_models as lm
+from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer
+
+F64 = torch.float64
+
+
+# --- 9.1 ridge regression with the protocol -------------------------------------------------------
+
+
+def _ridge_lstsq(X: torch.Tensor, y: torch.Tensor, l2: float) -> torch.Tensor:
+    """argmin (1/N)||X theta - y||^2 + l2 ||theta||^2 as the least-squares problem of the stacked
+    matrix [X; sqrt(N l2) I]: never forms X^T X, never uses the normal equations."""
+    n, d = X.shape
+    A = torch.cat([X, math.sqrt(n * l2) * torch.eye(d, dtype=X.dtype)])  # (N + D, D)
+    b = torch.cat([y, torch.zeros(d, dtype=X.dtype)])  # (N + D,)
+    return torch.linalg.lstsq(A, b[:, None], driver="gelsd").solution[:, 0]
+
+
+def _ridge_cases() -> list[tuple[torch.Tensor, torch.Tensor, float, str]]:
+    gen = torch.Generator().manual_seed(91)
+    cases = []
+    for n, d, l2, what in [
+        (50, 8, 0.3, "N = 50, D = 8, l2 = 0.3"),
+        (50, 8, 0.01, "N = 50, D = 8, l2 = 0.01"),
+        (10, 20, 0.1, "N = 10 < D = 20, l2 = 0.1"),
+    ]:
+        X = torch.randn(n, d, generator=gen, dtype=F64) + 0.5
+        y = X @ torch.randn(d, generator=gen, dtype=F64) + torch.randn(n, generator=gen, dtype=F64)
+        cases.append((X, y, l2, what))
+    return cases
+
+
+def _diabetes_protocol_data():
+    """The diabetes features with their 45 pairwise products, split 60/20/20 by a fixed seed."""
+    from sklearn.datasets import load_diabetes
+
+    data = load_diabetes()
+    X = torch.tensor(data.data, dtype=F64)  # (442, 10)
+    pairs = torch.triu_indices(10, 10, offset=1)  # (2, 45)
+    X = torch.cat([X, X[:, pairs[0]] * X[:, pairs[1]]], dim=1)  # (442, 55)
+    y = torch.tensor(data.target, dtype=F64)
+    perm = torch.randperm(442, generator=torch.Generator().manual_seed(911))
+    tr, va = perm[:266], perm[266:354]
+    return X[tr], y[tr], X[va], y[va]
+
+
+def _protocol_mse(
+    X_tr,
+    y_tr,
+    X_va,
+    y_va,
+    grid,
+    *,
+    stats=None,
+    y_shift=None,
+    va_shift=None,
+    on_training=False,
+    ddof=0,
+    n_factor=True,
+):
+    """Validation MSE of ridge for each l2 of grid, with switches for the typical mistakes."""
+    rows = X_tr if stats is None else stats
+    mean, std = rows.mean(dim=0), rows.std(dim=0, correction=ddof)
+    Z_tr, Z_va = (X_tr - mean) / std, (X_va - mean) / std
+    mu = y_tr.mean() if y_shift is None else y_shift
+    mu_va = mu if va_shift is None else va_shift
+    t_tr, t_va = y_tr - mu, y_va - mu_va
+    out = []
+    for l2 in grid:
+        theta = _ridge_lstsq(Z_tr, t_tr, l2 if n_factor else l2 / len(y_tr))
+        Z, t = (Z_tr, t_tr) if on_training else (Z_va, t_va)
+        out.append(((Z @ theta - t) ** 2).mean())
+    return torch.stack(out)
+
+
+@exercise("9.1", "ridge", "select_l2")
+def ridge_protocol(ridge, select_l2) -> str:
+    """ridge against lstsq of the augmented system; select_l2 against the protocol on diabetes."""
+    for X, y, l2, what in _ridge_cases():
+        n, d = X.shape
+        want = _ridge_lstsq(X, y, l2)
+        wrong = {
+            "the penalty is missing the factor N: with the mean (1/N)||X theta - y||^2 the "
+            "system is (X^T X + N l2 I) theta = X^T y": _ridge_lstsq(X, y, l2 / n),
+            "the factor 2 is off: the gradient is (2/N) X^T (X theta - y) + 2 l2 theta, so "
+            "the system has N l2 I, not N l2 I / 2": _ridge_lstsq(X, y, l2 / 2),
+            "the factor 2 is off: the system has N l2 I, not 2 N l2 I": _ridge_lstsq(X, y, 2 * l2),
+        }
+        if n >= d:
+            wrong["the penalty is missing: that is plain least squares"] = _ridge_lstsq(X, y, 0.0)
+            flipped = X.T @ X - n * l2 * torch.eye(d, dtype=F64)
+            wrong["the sign of the penalty is flipped: it adds N l2 I to X^T X"] = (
+                torch.linalg.solve(flipped, X.T @ y)
+            )
+        expect_answer(
+            attempt(ridge, X.clone(), y.clone(), l2),
+            want,
+            f"ridge(X, y, l2) for {what}",
+            wrong=wrong,
+            atol=1e-9,
+            rtol=1e-7,
+        )
+
+    X_tr, y_tr, X_va, y_va = _diabetes_protocol_data()
+    grid = [0.0] + [float(10.0**e) for e in np.arange(-3, 0.51, 0.5)]
+    got = attempt(select_l2, X_tr.clone(), y_tr.clone(), X_va.clone(), y_va.clone(), list(grid))
+    expect(
+        isinstance(got, (tuple, list)) and len(got) == 2,
+        "select_l2 should return a pair (best, val_mse)",
+    )
+    best, val_mse = got
+    want = _protocol_mse(X_tr, y_tr, X_va, y_va, grid)
+    what = "val_mse of select_l2 on the diabetes features with pairwise products"
+    expect_answer(
+        val_mse,
+        want,
+        what,
+        wrong={
+            "the standardisation used the statistics of the training AND validation rows; only the "
+            "training rows may set them, or the validation rows leak into the model": _protocol_mse(
+                X_tr, y_tr, X_va, y_va, grid, stats=torch.cat([X_tr, X_va])
+            ),
+            "the targets are not centred: the model has no intercept, so centre y_tr and y_va with "
+            "the training mean": _protocol_mse(X_tr, y_tr, X_va, y_va, grid, y_shift=0.0),
+            "the validation targets are centred with their own mean; use the training mean for both "
+            "(the validation rows may not set any statistic)": _protocol_mse(
+                X_tr, y_tr, X_va, y_va, grid, va_shift=y_va.mean()
+            ),
+            "these are training MSEs; the candidates are compared on the validation rows": _protocol_mse(
+                X_tr, y_tr, X_va, y_va, grid, on_training=True
+            ),
+            "the standard deviation is the unbiased one (N - 1); lm.standardise divides by N": _protocol_mse(
+                X_tr, y_tr, X_va, y_va, grid, ddof=1
+            ),
+            "the ridge fits are missing the factor N of the penalty (see ridge)": _protocol_mse(
+                X_tr, y_tr, X_va, y_va, grid, n_factor=False
+            ),
+        },
+        atol=1e-6,
+        rtol=1e-8,
+    )
+    i_best = int(torch.argmin(want))
+    expect_answer(
+        best,
+        grid[i_best],
+        "best of select_l2",
+        wrong={
+            "that is the strength with the LARGEST validation MSE": grid[int(torch.argmax(want))],
+            "that is the index of the best strength in grid, not the strength itself": i_best,
+        },
+        atol=1e-12,
+        rtol=1e-9,
+    )
+    return (
+        "ridge matches lstsq of the augmented system (N < D included); select_l2 standardises "
+        "with training statistics and picks the validation minimum on diabetes"
+    )
+
+
+# --- 9.2 the edge of stability --------------------------------------------------------------------
+
+
+def _toy_problem():
+    """The two-parameter line fit of §9.4: inputs centred at 1.5, so H is tilted."""
+    gen = torch.Generator().manual_seed(92)
+    x = 1.5 + torch.randn(100, generator=gen, dtype=F64)
+    y = 1.0 + 2.0 * x + 0.8 * torch.randn(100, generator=gen, dtype=F64)
+    X = torch.stack([torch.ones(100, dtype=F64), x], dim=1)  # (100, 2)
+    return X, y
+
+
+def _hessians() -> list[tuple[torch.Tensor, str]]:
+    X, _ = _toy_problem()
+    gen = torch.Generator().manual_seed(921)
+    A = torch.randn(3, 3, generator=gen, dtype=F64)
+    return [
+        (2 * X.T @ X / X.shape[0], "the 2 x 2 Hessian of §9.4"),
+        (A @ A.T + 0.3 * torch.eye(3, dtype=F64), "a 3 x 3 Hessian"),
+    ]
+
+
+def _cos(u: torch.Tensor, v: torch.Tensor) -> float:
+    """|cos| of the angle between two unit vectors (eigenvectors have no sign)."""
+    return float((u @ v).abs())
+
+
+@exercise("9.2", "contraction_factor", "slowest_direction", "distance_ratio")
+def edge_of_stability(contraction_factor, slowest_direction, distance_ratio) -> str:
+    """rho(eta) and the slowest eigenvector from eigh; the distance ratio in closed form."""
+    for H, what in _hessians():
+        lam, Q = torch.linalg.eigh(H)  # ascending
+        for mult in (0.5, 0.99, 1.01):
+            eta = mult * 2 / float(lam[-1])
+            factors = (1 - eta * lam).abs()  # (D,)
+            rho = factors.max()
+            expect_answer(
+                attempt(contraction_factor, H.clone(), eta),
+                rho,
+                f"contraction_factor(H, {mult} x 2/lambda_max) for {what}",
+                wrong={
+                    "the absolute value is missing: a factor 1 - eta lambda below -1 "
+                    "flips sign AND grows": (1 - eta * lam).max(),
+                    "only lambda_max counts here; rho is the max over ALL eigenvalues "
+                    "(small steps are limited by lambda_min)": factors[-1],
+                    "only lambda_min counts here; rho is the max over ALL eigenvalues "
+                    "(near the edge lambda_max dominates)": factors[0],
+                },
+                atol=1e-12,
+                rtol=1e-9,
+            )
+            i = int(factors.argmax())
+            got = as_tensor(
+                attempt(slowest_direction, H.clone(), eta),
+                f"slowest_direction(H, {mult} x 2/lambda_max)",
+                (H.shape[0],),
+            )
+            expect(
+                bool(torch.isfinite(got).all()) and abs(float(got.norm()) - 1) < 1e-8,
+                f"slowest_direction(H, {mult} x 2/lambda_max) for {what} should be a unit vector",
+            )
+            if _cos(got, Q[:, i]) < 1 - 1e-8:
+                if _cos(got, Q[i]) > 1 - 1e-8:
+                    raise Incorrect(
+                        f"slowest_direction for {what}: that is a ROW of the "
+                        f"eigenvector matrix; torch.linalg.eigh returns the "
+                        f"eigenvectors as columns, Q[:, i]"
+                    )
+                j = int((1 - eta * lam).argmax())
+                if _cos(got, Q[:, j]) > 1 - 1e-8:
+                    raise Incorrect(
+                        f"slowest_direction(H, {mult} x 2/lambda_max) for {what}: "
+                        f"the factor is |1 - eta lambda_i|; without the absolute value "
+                        f"the flipping top direction is missed"
+                    )
+                raise Incorrect(
+                    f"slowest_direction(H, {mult} x 2/lambda_max) for {what} is not "
+                    f"the eigenvector with the largest |1 - eta lambda_i|"
+                )
+
+    X, y = _toy_problem()
+    n = X.shape[0]
+    H = 2 * X.T @ X / n
+    lam, Q = torch.linalg.eigh(H)
+    theta_hat = torch.linalg.lstsq(X, y[:, None], driver="gelsd").solution[:, 0]
+    theta0 = torch.tensor([-1.0, 4.5], dtype=F64)
+    coef = Q.T @ (theta0 - theta_hat)  # error, eigenbasis
+
+    def dist(eta, t):
+        return float(((1 - eta * lam) ** t * coef).norm())  # ||theta_t - theta_hat||
+
+    for mult, steps, window in [(0.99, 300, 100), (1.01, 300, 100), (0.5, 200, 50)]:
+        eta = mult * 2 / float(lam[-1])
+        want = dist(eta, steps) / dist(eta, steps - window)
+        expect_answer(
+            attempt(distance_ratio, X.clone(), y.clone(), theta0.clone(), eta, steps, window),
+            want,
+            f"distance_ratio at eta = {mult} x 2/lambda_max, {steps} steps, window {window}",
+            wrong={
+                "the ratio is upside down: the later distance goes on top": 1 / want,
+                "the window is off by one: compare step T with step T - window": dist(eta, steps)
+                / dist(eta, steps - window + 1),
+                "the window is off by one: compare step T with step T - window, "
+                "not T - window - 1": dist(eta, steps) / dist(eta, steps - window - 1),
+                "that is the ratio of squared distances (or of excess losses); take the norms": want
+                ** 2,
+            },
+            atol=1e-12,
+            rtol=1e-6,
+        )
+    return (
+        "rho(eta) and the slowest eigenvector match eigh for 2 Hessians at 3 step sizes; the "
+        "distance ratio matches the closed form at 0.5, 0.99 and 1.01 x 2/lambda_max"
+    )
+
+
+# --- 9.3 normal equations square the condition number ---------------------------------------------
+
+
+@exercise("9.3", "with_singular_values", "gram_condition", "solver_errors")
+def condition_number(with_singular_values, gram_condition, solver_errors) -> str:
+    """Prescribed singular values; cond(X^T X) = cond(X)^2; errors of the order kappa^2 eps and
+    kappa eps."""
+    eps = torch.finfo(F64).eps
+    for kappa in (1e6, 1e8):
+        s = torch.logspace(0, -math.log10(kappa), 6, dtype=F64)  # (6,) descending
+        what = f"with_singular_values(s, 200, generator) for kappa = 1e{round(math.log10(kappa))}"
+        X = as_tensor(
+            attempt(with_singular_values, s.clone(), 200, torch.Generator().manual_seed(93)),
+            what,
+            (200, 6),
+        )
+        sv = torch.linalg.svdvals(X)
+        expect_answer(
+            sv,
+            s,
+            f"the singular values of {what}",
+            wrong={
+                "the singular values came out squared: X = U diag(s) V^T uses s itself": s**2,
+                "the singular values came out as square roots: X = U diag(s) V^T uses s itself": s.sqrt(),
+            },
+            atol=1e-14,
+            rtol=1e-7,
+        )
+        expect(
+            float((X == 0).double().mean()) < 0.5,
+            f"{what} is mostly zeros: rotate diag(s) by random orthonormal factors U and V",
+        )
+        X2 = as_tensor(
+            attempt(with_singular_values, s.clone(), 200, torch.Generator().manual_seed(93)),
+            what,
+            (200, 6),
+        )
+        X3 = as_tensor(
+            attempt(with_singular_values, s.clone(), 200, torch.Generator().manual_seed(94)),
+            what,
+            (200, 6),
+        )
+        expect(
+            torch.equal(X, X2),
+            f"{what}: the same seed must give the same matrix (draw with `generator`)",
+        )
+        expect(
+            not torch.allclose(X, X3),
+            f"{what}: another seed must give another matrix (draw "
+            f"the random factors with `generator`)",
+        )
+        expect_answer(
+            attempt(gram_condition, X.clone()),
+            kappa**2,
+            f"gram_condition(X) for kappa = 1e{round(math.log10(kappa))}",
+            wrong={
+                "that is cond(X); cond(X^T X) is its square, since the singular "
+                "values of X^T X = V S^2 V^T are s_i^2": kappa,
+                "forming X^T X loses its small eigenvalues to rounding; compute the "
+                "condition number from the singular values of X": torch.linalg.cond(X.T @ X),
+            },
+            atol=0.0,
+            rtol=1e-6,
+        )
+
+    for kappa, seed in ((1e6, 931), (1e7, 932)):
+        gen = torch.Generator().manual_seed(seed)
+        s = torch.logspace(0, -math.log10(kappa), 6, dtype=F64)
+        U, _ = torch.linalg.qr(torch.randn(200, 6, generator=gen, dtype=F64))
+        V, _ = torch.linalg.qr(torch.randn(6, 6, generator=gen, dtype=F64))
+        X = U @ torch.diag(s) @ V.T  # (200, 6)
+        theta_star = 3 * torch.randn(6, generator=gen, dtype=F64)
+        y = X @ theta_star
+        sols = [lm.normal_equations(X, y), lm.least_squares_qr(X, y)]
+        abs_err = torch.stack([(t - theta_star).norm() for t in sols])
+        want = abs_err / theta_star.norm()
+        resid = torch.stack([(X @ t - y).norm() / y.norm() for t in sols])
+        got = expect_answer(
+            attempt(solver_errors, X.clone(), theta_star.clone()),
+            want,
+            f"solver_errors(X, theta_star) for kappa = 1e{round(math.log10(kappa))}",
+            wrong={
+                "the order is swapped: normal equations first, then QR": want.flip(0),
+                "these are absolute errors; divide by ||theta_star||": abs_err,
+                "these are relative residuals ||X theta - y|| / ||y||, tiny for both solvers; "
+                "the error is measured in theta": resid,
+            },
+            atol=0.0,
+            rtol=1e-6,
+        )
+        expect(
+            1e-3 < float(got[0]) / (kappa**2 * eps) < 10,
+            "the normal equations' error should be of the order kappa^2 eps",
+        )
+        expect(float(got[1]) / (kappa * eps) < 10, "the QR error should be below 10 kappa eps")
+    return (
+        "singular values as prescribed for kappa = 1e6 and 1e8, cond(X^T X) = kappa^2 without "
+        "forming X^T X, errors of the order kappa^2 eps (normal equations) and kappa eps (QR)"
+    )
+
+
+# --- 9.4 early stopping ---------------------------------------------------------------------------
+
+
+def _logistic_data(seed: int, n_tr: int, n_va: int, d: int):
+    """Noisy labels of a linear rule, intercept in column 0; few training rows, so that they are
+    separable and the validation loss turns up."""
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.randn(d, generator=gen, dtype=F64)
+    X = torch.randn(n_tr + n_va, d, generator=gen, dtype=F64)
+    X[:, 0] = 1.0
+    y = (torch.rand(n_tr + n_va, generator=gen, dtype=F64) < torch.sigmoid(X @ w)).to(F64)
+    return X[:n_tr], y[:n_tr], X[n_tr:], y[n_tr:]
+
+
+def _gd_losses(X_tr, y_tr, X_ev, y_ev, checkpoints, *, lr_scale=1.0, shift=0, reduction="mean"):
+    """Validation BCE after t steps of gradient descent, by a loop written out here."""
+    n = X_tr.shape[0]
+    lr = lr_scale * 4 * n / float(torch.linalg.eigvalsh(X_tr.T @ X_tr).max())
+    w = torch.zeros(X_tr.shape[1], dtype=F64)
+    path = [w]
+    for _ in range(max(checkpoints)):
+        w = w - lr * X_tr.T @ (torch.sigmoid(X_tr @ w) - y_tr) / n
+        path.append(w)
+    return torch.stack(
+        [
+            F.binary_cross_entropy_with_logits(X_ev @ path[t + shift], y_ev, reduction=reduction)
+            for t in checkpoints
+        ]
+    )
+
+
+def _separable_cases():
+    gen = torch.Generator().manual_seed(94)
+    X = torch.randn(40, 5, generator=gen, dtype=F64)
+    w = torch.tensor([-2.0, -1.0, 0.5, -3.0, 1.0], dtype=F64)  # needs negative weights
+    margin = X @ w
+    keep = margin.abs() > 0.3
+    sep = (X[keep], (margin[keep] > 0).to(F64))
+    xor = torch.tensor([[1.0, 0, 0], [1, 1, 1], [1, 0, 1], [1, 1, 0]], dtype=F64)  # 1, x1, x2
+    xor_y = torch.tensor([0.0, 0, 1, 1], dtype=F64)
+    twin = torch.cat([sep[0], sep[0][:1]])  # one point with both labels
+    twin_y = torch.cat([sep[1], 1 - sep[1][:1]])
+    return [
+        ((xor, xor_y), False, "XOR data (no line separates it)"),
+        ((twin, twin_y), False, "data with one point labelled both 0 and 1"),
+        (sep, True, "separable data whose separating w has negative entries"),
+    ]
+
+
+@exercise("9.4", "early_stopping", "is_separable")
+def early_stopping(early_stopping, is_separable) -> str:
+    """Validation BCE along gradient descent against a loop and F.binary_cross_entropy_with_logits;
+    separability on data built to be separable or not."""
+    for seed, (n_tr, n_va, d), checkpoints in [
+        (0, (40, 200, 16), [0, 3, 10, 30, 100, 300]),
+        (2, (30, 100, 12), [5, 20, 80, 320]),
+    ]:
+        X_tr, y_tr, X_va, y_va = _logistic_data(seed, n_tr, n_va, d)
+        what = f"early_stopping with checkpoints {checkpoints}"
+        got = attempt(
+            early_stopping,
+            X_tr.clone(),
+            y_tr.clone(),
+            X_va.clone(),
+            y_va.clone(),
+            list(checkpoints),
+        )
+        expect(
+            isinstance(got, (tuple, list)) and len(got) == 2,
+            "early_stopping should return a pair (t_best, val_bce)",
+        )
+        t_best, val_bce = got
+        want = _gd_losses(X_tr, y_tr, X_va, y_va, checkpoints)
+        expect_answer(
+            val_bce,
+            want,
+            f"val_bce of {what}",
+            wrong={
+                "these are the training losses; compare the checkpoints on the validation rows": _gd_losses(
+                    X_tr, y_tr, X_tr, y_tr, checkpoints
+                ),
+                "the losses are one step early: row t of lm.gradient_descent's path holds the "
+                "weights after t steps": _gd_losses(X_tr, y_tr, X_va, y_va, checkpoints, shift=-1),
+                "the step is 4 times too small: L = lambda_max(X^T X) / (4N), with the 4 from "
+                "p(1 - p) <= 1/4": _gd_losses(X_tr, y_tr, X_va, y_va, checkpoints, lr_scale=0.25),
+                "that is the sum of the losses; the mean cross-entropy divides by the number of rows": _gd_losses(
+                    X_tr, y_tr, X_va, y_va, checkpoints, reduction="sum"
+                ),
+            },
+            atol=1e-9,
+            rtol=1e-7,
+        )
+        i = int(torch.argmin(want))
+        expect_answer(
+            t_best,
+            checkpoints[i],
+            f"t_best of {what}",
+            wrong={
+                "that is the position of the best checkpoint in the list, not its number of steps": i,
+                "that is the checkpoint with the smallest TRAINING loss": checkpoints[-1],
+            },
+            atol=0.0,
+            rtol=0.0,
+        )
+
+    for (X, y), want, what in _separable_cases():
+        got = attempt(is_separable, X.clone(), y.clone())
+        expect(
+            isinstance(got, (bool, np.bool_))
+            or (isinstance(got, torch.Tensor) and got.numel() == 1 and got.dtype == torch.bool),
+            f"is_separable should return a bool, got {type(got).__name__}",
+        )
+        if bool(got) != want:
+            hint = (
+                " (linprog's default bounds are w >= 0; pass bounds=(None, None))"
+                if want
+                else " (the constraints need the signs 2 y_i - 1 of the labels)"
+            )
+            raise Incorrect(f"is_separable says {bool(got)} for {what}{hint}")
+    return (
+        "validation cross-entropy along gradient descent and the chosen t match a written-out "
+        "loop for 2 data sets; is_separable is right on 3 data sets"
+    )

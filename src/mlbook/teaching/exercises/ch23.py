@@ -1,0 +1,255 @@
+"""Checks of the exercises of chapter 23 (training a GPT from scratch).
+
+Greedy decoding is checked against an argmax loop written here and against ``gpt.generate``; the
+parameter split against the tensors of ``transformers``' ``GPT2LMHeadModel`` built on the
+``meta`` device; the unit conversions against NumPy, and the unigram cross-entropy against
+character counts (``collections.Counter``) of the chapter's own corpus, with the bigram model
+recomputed in NumPy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import torch
+
+from ...language import language_model as lm
+from ...models import gpt
+from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer, expect_tuple
+
+
+def _argmax_path(
+    model, prompts: torch.Tensor, n_new: int, *, window: int | None = None, position: int = -1
+) -> torch.Tensor:
+    """Greedy tokens with an explicit loop; ``window`` and ``position`` produce the mistakes."""
+    window = model.config.block_size if window is None else window
+    out = prompts.clone()
+    with torch.no_grad():
+        for _ in range(n_new):
+            logits = model(out[:, -window:])[:, position]  # (B, V)
+            out = torch.cat([out, logits.argmax(dim=-1)[:, None]], dim=1)
+    return out
+
+
+@exercise("23.1", "greedy_by_hand")
+def greedy_by_hand(answer) -> str:
+    """The greedy path against an argmax loop and gpt.generate, past the model's context."""
+    cfg = gpt.GPTConfig(vocab_size=13, block_size=8, n_layer=2, n_head=2, d_model=16, init_std=0.3)
+    gen = torch.Generator().manual_seed(231)
+    model = gpt.GPT(cfg, generator=gen, dtype=torch.float64).eval()
+    for B, P, n_new in ((3, 5, 10), (2, 1, 3), (2, 4, 0)):
+        prompts = torch.randint(0, cfg.vocab_size, (B, P), generator=gen)
+        want = _argmax_path(model, prompts, n_new)
+        wrong = {"return the prompts followed by the new tokens, shape (B, P + n_new)": want[:, P:]}
+        if n_new:
+            wrong["the next token comes from the logits of the last position, model(x)[:, -1]"] = (
+                _argmax_path(model, prompts, n_new, position=0)
+            )
+        if P + n_new > cfg.block_size:
+            wrong["feed the last block_size tokens, not block_size - 1"] = _argmax_path(
+                model, prompts, n_new, window=cfg.block_size - 1
+            )
+        try:
+            got = attempt(answer, model, prompts.clone(), n_new)
+        except Incorrect as err:
+            if "block_size" in str(err):
+                raise Incorrect(
+                    f"{err}: feed the model only the last block_size tokens, it has "
+                    "no position embedding beyond them"
+                ) from None
+            raise
+        expect_answer(
+            got,
+            want,
+            f"greedy_by_hand(model, prompts of shape {(B, P)}, {n_new})",
+            wrong=wrong,
+            atol=0,
+            rtol=0,
+        )
+        expect(
+            isinstance(got, torch.Tensor) and not got.is_floating_point(),
+            "greedy_by_hand should return the token ids as an int64 tensor",
+        )
+        for name, kwargs in (
+            ("temperature 0", dict(temperature=0.0)),
+            ("top-k = 1 at temperature 1.3", dict(temperature=1.3, top_k=1)),
+        ):
+            sampled = gpt.generate(
+                model, prompts, n_new, torch.Generator().manual_seed(0), **kwargs
+            )
+            expect(torch.equal(sampled, want), f"generate with {name} should give the greedy path")
+    return (
+        "matches an argmax loop for prompts of lengths 5, 1, 4 and outputs longer than the "
+        "context of 8, as do generate at temperature 0 and top-k = 1 at temperature 1.3"
+    )
+
+
+def _hf_split(
+    vocab_size: int, block_size: int, d_model: int, n_layer: int, tied: bool
+) -> tuple[int, int]:
+    """(all parameters, embedding parameters) of transformers' GPT-2 of these sizes."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(
+        vocab_size=vocab_size,
+        n_positions=block_size,
+        n_embd=d_model,
+        n_layer=n_layer,
+        n_head=1,
+        tie_word_embeddings=tied,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
+    with torch.device("meta"):
+        model = GPT2LMHeadModel(config)
+    total = sum(p.numel() for p in model.parameters())  # a tied head is counted once
+    embeddings = model.transformer.wte.weight.numel() + model.transformer.wpe.weight.numel()
+    if not tied:
+        embeddings += model.lm_head.weight.numel()
+    return total, embeddings
+
+
+@exercise("23.2", "gpt_parameter_split")
+def gpt_parameter_split(answer) -> str:
+    """(total, share) against transformers' GPT2LMHeadModel on the meta device."""
+    cases = (
+        (29, 32, 64, 2, True),
+        (50257, 32, 64, 2, False),
+        (50257, 1024, 768, 12, True),
+        (29, 32, 64, 2, False),
+    )
+    for V, T, d, L, tied in cases:
+        total, emb = _hf_split(V, T, d, L, tied)
+        what = f"gpt_parameter_split({V}, {T}, {d}, {L}, tied={tied})"
+        out = attempt(answer, V, T, d, L, tied)
+        expect(
+            isinstance(out, (tuple, list)) and len(out) == 2,
+            f"{what} should return a pair (total, share), got {type(out).__name__}",
+        )
+        wrong_total = {
+            "each block also holds 13d biases and LayerNorm parameters, and the final "
+            "LayerNorm 2d more": total - L * 13 * d - 2 * d
+        }
+        if tied:
+            wrong_total["a tied head is the embedding matrix itself: count it once"] = total + V * d
+        else:
+            wrong_total["an untied head is a second V × d matrix: add V·d to the total"] = (
+                total - V * d
+            )
+        expect_answer(out[0], total, f"the total of {what}", wrong=wrong_total, atol=0.5, rtol=0)
+        share = emb / total
+        wrong_share = {
+            "the position table (block_size × d) is an embedding too": (emb - T * d) / total,
+            "return a fraction in [0, 1], not a percentage": 100 * share,
+            "divide by the total, not by the parameters outside the embeddings": emb
+            / (total - emb),
+        }
+        if not tied:
+            wrong_share[
+                "the untied head counts with the embeddings: it is a second V × d matrix"
+            ] = (emb - V * d) / total
+        expect_answer(
+            out[1], share, f"the share of {what}", wrong=wrong_share, atol=1e-12, rtol=1e-10
+        )
+    return (
+        "matches the tensors of transformers' GPT2LMHeadModel for the chapter's model, tied "
+        "and untied, V = 50,257 untied and the GPT-2 small shape"
+    )
+
+
+def _bits_ppl(out, what: str) -> torch.Tensor:
+    if isinstance(out, torch.Tensor) and out.numel() == 2:  # a 2-element tensor is a pair too
+        out = tuple(out.reshape(-1))
+    values = []
+    for v in expect_tuple(out, what, ("bits", "perplexity")):
+        t = as_tensor(v, what)
+        expect(t.numel() == 1, f"{what} should return two numbers, got shape {tuple(t.shape)}")
+        values.append(t.reshape(()))
+    return torch.stack(values)
+
+
+def _corpus() -> tuple[str, str, int]:
+    """The chapter's corpus and its 90/10 split, as text."""
+    text = lm.toy_corpus(4000, seed=0)
+    n_train = int(0.9 * len(text))
+    return text[:n_train], text[n_train:], len(set(text))
+
+
+@exercise("23.3", "bits_and_perplexity", "unigram_cross_entropy")
+def units_and_unigram(convert, unigram) -> str:
+    """Bits and perplexity against NumPy; the unigram cross-entropy against character counts."""
+    for loss in (0.775, 0.0, math.log(29), 2.5):
+        bits, ppl = float(np.log2(np.exp(loss))), float(np.exp(loss))
+        what = f"bits_and_perplexity({loss:.4g})"
+        expect_answer(
+            _bits_ppl(attempt(convert, loss), what),
+            torch.tensor([bits, ppl], dtype=torch.float64),
+            what,
+            wrong={
+                "bits = nats / ln 2 (one bit is ln 2 nats), not nats × ln 2": [
+                    loss * math.log(2),
+                    ppl,
+                ],
+                "perplexity is e^L for a loss in nats (2^L is for a loss in bits)": [
+                    bits,
+                    2.0**loss,
+                ],
+                "return (bits, perplexity) in that order": [ppl, bits],
+            },
+            atol=1e-9,
+            rtol=1e-6,
+        )
+
+    train_text, val_text, V = _corpus()
+    vocab = lm.build_vocab(train_text + val_text)
+    train, val = lm.encode(train_text, vocab), lm.encode(val_text, vocab)
+    counts = Counter(train_text)
+    n = len(train_text)
+    want = -sum(math.log(counts[c] / n) for c in val_text) / len(val_text)
+    val_counts = Counter(val_text)
+    train_entropy = -sum(k / n * math.log(k / n) for k in counts.values())
+    own_freq = -sum(math.log(val_counts[c] / len(val_text)) for c in val_text) / len(val_text)
+    what = "unigram_cross_entropy(train, val, V) on the chapter's corpus"
+    got = expect_answer(
+        attempt(unigram, train.clone(), val.clone(), V),
+        want,
+        what,
+        wrong={
+            "that is the entropy of the training frequencies; score the validation characters "
+            "with them": train_entropy,
+            "count the frequencies on the training text, then score the validation text": own_freq,
+            "in nats: use the natural logarithm, not log2": want / math.log(2),
+            "take the mean over the validation characters, not the sum": want * len(val_text),
+            "the sign is flipped: the cross-entropy -mean log p is positive": -want,
+        },
+        atol=1e-9,
+        rtol=1e-6,
+    )
+    ids_train, ids_val = np.array(train.tolist()), np.array(val.tolist())
+    pairs = np.ones((V, V))  # add-one smoothing
+    np.add.at(pairs, (ids_train[:-1], ids_train[1:]), 1.0)
+    bigram = pairs / pairs.sum(axis=1, keepdims=True)
+    bigram_val = -np.log(bigram[ids_val[:-1], ids_val[1:]]).mean()
+    expect(
+        bigram_val < float(got) < math.log(V),
+        "the unigram cross-entropy should lie between the bigram model's and log V",
+    )
+
+    small_train = torch.tensor([0, 1, 1, 2, 2, 2, 3, 3, 3, 3, 5])
+    small_val = torch.tensor([5, 3, 3, 0, 2])
+    c = Counter(small_train.tolist())
+    want_small = -sum(math.log(c[i] / 11) for i in small_val.tolist()) / 5
+    expect_answer(
+        attempt(unigram, small_train.clone(), small_val.clone(), 6),
+        want_small,
+        "unigram_cross_entropy on 11 ids with V = 6 (id 4 never occurs)",
+        atol=1e-9,
+        rtol=1e-6,
+    )
+    return (
+        "bits and perplexity match NumPy for 4 losses; the unigram cross-entropy matches "
+        "character counts of the chapter's corpus and lies between the bigram model's "
+        "and log V"
+    )

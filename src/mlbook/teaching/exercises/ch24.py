@@ -1,0 +1,331 @@
+"""Checks of the exercises of chapter 24 (KV cache and grouped-query attention).
+
+The references are independent of the reader's answer: mean-pooling by an explicit loop over
+query heads, models pooled by hand and loaded with ``load_state_dict``, parameter counts summed
+over the weight shapes of a Llama-style decoder, cache bytes read off tensors allocated on the
+``meta`` device, and the receptive field of a sliding window as the reachable set of the L-th
+power of a visibility mask built with ``torch.tril``. The decoders are small
+:class:`mlbook.attention.kv_cache.TinyDecoder` models in float64 on the CPU.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import torch
+
+from ...attention import kv_cache as kc
+from . import Incorrect, as_int, as_tensor, attempt, exercise, expect, expect_answer
+
+F64 = torch.float64
+GiB = 2**30
+
+
+# --- 24.1 ------------------------------------------------------------------------------------
+
+
+def _pool_by_loop(w: torch.Tensor, H: int, G: int) -> torch.Tensor:
+    """Block g = mean of the head blocks h with floor(h G / H) = g, one head at a time."""
+    d_h = w.shape[1] // H
+    blocks = [w[:, h * d_h : (h + 1) * d_h] for h in range(H)]
+    pooled = [
+        torch.stack([blocks[h] for h in range(H) if h * G // H == g]).mean(0) for g in range(G)
+    ]
+    return torch.cat(pooled, dim=1)
+
+
+def _pool_wrong(w: torch.Tensor, H: int, G: int) -> dict:
+    D, d_h, R = w.shape[0], w.shape[1] // H, H // G
+    heads = w.reshape(D, H, d_h)
+    return {
+        "the groups are interleaved (heads g, g + G, g + 2G, ...); eq. 24.3 groups neighbouring "
+        "heads: g(h) = floor(h G / H), so group g holds heads gR .. gR + R - 1": heads.reshape(
+            D, R, G, d_h
+        )
+        .mean(1)
+        .reshape(D, G * d_h),
+        "that is the sum of the heads of each group; pooling takes their mean": heads.reshape(
+            D, G, R, d_h
+        )
+        .sum(2)
+        .reshape(D, G * d_h),
+        "that keeps the first head of each group; pooling averages all R heads of a group": heads.reshape(
+            D, G, R, d_h
+        )[:, :, 0].reshape(D, G * d_h),
+        "that averages the first G * d_h columns only; every group g has its own R heads": w[
+            :, : G * d_h
+        ],
+    }
+
+
+def _decoder(seed: int, **extra) -> kc.TinyDecoder:
+    cfg = kc.DecoderConfig(
+        vocab_size=32, d_model=32, n_layers=2, n_heads=8, n_kv_heads=8, d_ff=48, **extra
+    )
+    return kc.TinyDecoder(cfg, torch.Generator().manual_seed(seed)).double()
+
+
+def _pooled_by_hand(
+    model: kc.TinyDecoder, G: int, cfg: kc.DecoderConfig | None = None
+) -> kc.TinyDecoder:
+    cfg = model.cfg if cfg is None else cfg
+    ref = kc.TinyDecoder(replace(cfg, n_kv_heads=G), torch.Generator().manual_seed(0)).double()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    for key in list(state):
+        if key.endswith((".wk", ".wv")):
+            state[key] = _pool_by_loop(state[key], model.cfg.n_heads, G)
+    ref.load_state_dict(state)
+    return ref
+
+
+@exercise("24.1", "pool_kv_heads", "pool_kv")
+def pool_kv(heads_answer, model_answer) -> str:
+    """Mean-pooling of K/V head blocks, then the pooled decoder: logits, config and cache size."""
+    gen = torch.Generator().manual_seed(241)
+    for D, H, G, d_h in ((6, 8, 2, 3), (5, 8, 4, 2), (4, 6, 3, 2), (6, 8, 8, 3), (3, 4, 1, 5)):
+        w = torch.randn(D, H * d_h, generator=gen, dtype=F64)
+        want = _pool_by_loop(w, H, G)
+        wrong = _pool_wrong(w, H, G) if G not in (1, H) else {}
+        expect_answer(
+            attempt(heads_answer, w.clone(), H, G),
+            want,
+            f"pool_kv_heads(w, H={H}, G={G}) for w of shape {tuple(w.shape)}",
+            wrong=wrong,
+            atol=1e-12,
+            rtol=1e-10,
+        )
+
+    tokens = torch.randint(0, 32, (2, 10), generator=gen)
+    for extra in ({}, {"window": 4, "sinks": 1}):
+        model = _decoder(242, **extra)
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        with torch.no_grad():
+            original = model(tokens)
+        where = "a windowed decoder (W = 4, S = 1)" if extra else "a decoder with H = 8"
+        for G in (8, 2, 1):
+            pooled = attempt(model_answer, model, G)
+            expect(
+                isinstance(pooled, kc.TinyDecoder),
+                f"pool_kv(model, {G}) should return a kc.TinyDecoder, got {type(pooled).__name__}",
+            )
+            expect(
+                all(torch.equal(v, before[k]) for k, v in model.state_dict().items()),
+                f"pool_kv(model, {G}) changed the original model's weights; pool a copy",
+            )
+            expect(
+                pooled.cfg.n_kv_heads == G,
+                f"pool_kv(model, {G}) returned a model with n_kv_heads = "
+                f"{pooled.cfg.n_kv_heads}; it should have G = {G} key/value heads",
+            )
+            expect(
+                pooled.embed.dtype == model.embed.dtype,
+                f"pool_kv(model, {G}) returned a {pooled.embed.dtype} model; keep the "
+                f"original's dtype ({model.embed.dtype}), e.g. with .to(model.embed)",
+            )
+            ref = _pooled_by_hand(model, G)
+            with torch.no_grad():
+                got = attempt(
+                    lambda m=pooled: m(tokens), name=f"the model from pool_kv(model, {G})"
+                )
+                want = ref(tokens)
+                wrong = (
+                    {
+                        "the logits are those of the original MHA model: were wk and wv "
+                        "pooled?": original
+                    }
+                    if G < 8
+                    else {}
+                )
+                if extra:
+                    lost = _pooled_by_hand(model, G, replace(model.cfg, window=None, sinks=0))
+                    wrong[
+                        "the pooled model lost the sliding window or the sinks of the "
+                        "original configuration; copy every field except n_kv_heads "
+                        "(dataclasses.replace)"
+                    ] = lost(tokens)
+            expect_answer(
+                got,
+                want,
+                f"the logits of pool_kv(model, G={G}) for {where}",
+                wrong=wrong,
+                atol=1e-10,
+                rtol=1e-8,
+            )
+            n_model = model.new_cache(2, 10).nbytes
+            n_pooled = pooled.new_cache(2, 10).nbytes
+            expect(
+                n_model == (8 // G) * n_pooled,
+                f"the cache of pool_kv(model, {G}) holds {n_pooled} bytes; it should be "
+                f"H / G = {8 // G} times smaller than the original's {n_model}",
+            )
+    return (
+        "pool_kv_heads averages neighbouring head blocks for 5 (H, G) pairs; pool_kv "
+        "reproduces the MHA model at G = H, matches decoders pooled by hand at G = 2 and 1 "
+        "(with and without a window), keeps the original intact and shrinks the cache H/G "
+        "times"
+    )
+
+
+# --- 24.2 ------------------------------------------------------------------------------------
+
+
+def _n_params(cfg: kc.DecoderConfig) -> int:
+    """Parameters of a Llama-style decoder, summed over its weight shapes."""
+    D, F_, V, G, d_h = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.n_kv_heads, cfg.head_dim
+    layer = [
+        (D, D),
+        (D, G * d_h),
+        (D, G * d_h),
+        (D, D),  # W_q, W_k, W_v, W_o
+        (D, F_),
+        (D, F_),
+        (F_, D),  # SwiGLU: W_1, W_3, W_2
+        (D,),
+        (D,),
+    ]  # two RMSNorm gains
+    shapes = [(V, D), (D, V), (D,)] + layer * cfg.n_layers  # embedding, head, final norm
+    return sum(math.prod(s) for s in shapes)
+
+
+def _cache_per_sequence(cfg: kc.DecoderConfig, T: int, G: int | None = None, n_kv: int = 2) -> int:
+    """Bytes of one sequence's fp16 cache, read off meta tensors of shape (L, G, T, d_h)."""
+    T = T if cfg.window is None else min(T, cfg.window + cfg.sinks)
+    G = cfg.n_kv_heads if G is None else G
+    t = torch.empty(cfg.n_layers, G, T, cfg.head_dim, dtype=torch.float16, device="meta")
+    return n_kv * t.element_size() * t.numel()
+
+
+@exercise("24.2", "max_batch")
+def max_batch(answer) -> str:
+    """Batch size of fp16 caches beside fp16 weights, against parameter and byte counts."""
+    L7 = kc.LLAMA2_7B
+    cases = [
+        (L7, 80 * GiB, 4096, "Llama-2-7B, 80 GiB, T = 4096"),
+        (replace(L7, n_kv_heads=8), 80 * GiB, 4096, "Llama-2-7B with G = 8, 80 GiB"),
+        (kc.LLAMA2_70B, 192 * GiB, 4096, "Llama-2-70B, 192 GiB, T = 4096"),
+        (kc.LLAMA2_70B, 80 * GiB, 4096, "Llama-2-70B, 80 GiB (the weights do not fit)"),
+        (kc.MISTRAL_7B, 80 * GiB, 32768, "Mistral-7B (W = 4096), 80 GiB, T = 32768"),
+        (
+            L7,
+            2 * _n_params(L7) + 3 * _cache_per_sequence(L7, 1000),
+            1000,
+            "Llama-2-7B, memory for exactly 3 sequences of 1000 tokens",
+        ),
+    ]
+    for cfg, memory, T, where in cases:
+        weights = 2 * _n_params(cfg)
+        per_seq = _cache_per_sequence(cfg, T)
+        want = max((memory - weights) // per_seq, 0)
+        free = memory - weights
+        wrong = {
+            "the weights are not subtracted: they stay resident and take 2 bytes per parameter": memory
+            // per_seq,
+            "the weights are counted at 4 bytes per parameter; in fp16 they take 2": max(
+                (memory - 2 * weights) // per_seq, 0
+            ),
+            "the cache counts the keys only; it stores a key and a value (the factor 2)": max(
+                free // _cache_per_sequence(cfg, T, n_kv=1), 0
+            ),
+            "the cache counts all H query heads; only the G key/value heads are cached": max(
+                free // _cache_per_sequence(cfg, T, G=cfg.n_heads), 0
+            ),
+            "that rounds up; only whole sequences whose cache fits completely count": max(
+                -(-free // per_seq), 0
+            ),
+        }
+        if cfg.window is not None:
+            wrong[
+                "the sliding window is ignored: the cache holds at most S + W positions, "
+                "however long the sequence"
+            ] = max(free // _cache_per_sequence(replace(cfg, window=None), T), 0)
+        if free < 0:
+            wrong["the batch is negative: when the weights alone do not fit, return 0"] = (
+                free // per_seq
+            )
+        got = as_int(
+            attempt(answer, cfg, memory, T),
+            f"max_batch(cfg, memory_bytes, seq_len) for {where}",
+            "sequences",
+        )
+        for feedback, value in wrong.items():
+            if got == value and got != want:
+                raise Incorrect(f"max_batch for {where} gives {got}: {feedback}")
+        expect(got == want, f"max_batch for {where} gives {got}, expected {want}")
+    return (
+        "the batch sizes match parameter and meta-tensor byte counts for Llama-2-7B "
+        "(G = 32 and 8), Llama-2-70B (with and without room), windowed Mistral-7B and an "
+        "exact fit"
+    )
+
+
+# --- 24.3 ------------------------------------------------------------------------------------
+
+
+def _reach(T: int, L: int, W: int | None, S: int, s: int) -> torch.Tensor:
+    """Positions reachable from s in L layers: column s of the L-th power of the mask."""
+    causal = torch.ones(T, T, dtype=F64).tril()
+    if W is None:
+        mask = causal
+    else:
+        recent = torch.ones(T, T, dtype=F64).triu(-(W - 1))  # s' >= t - W + 1
+        sinks = torch.zeros(T, T, dtype=F64)
+        sinks[:, :S] = 1.0
+        mask = causal * ((recent + sinks) > 0)
+    return torch.linalg.matrix_power(mask, L)[:, s] > 0  # (T,)
+
+
+def _band(T: int, lo: int, hi: int) -> torch.Tensor:
+    t = torch.arange(T)
+    return (t >= lo) & (t <= hi)
+
+
+@exercise("24.3", "influenced")
+def influenced(answer) -> str:
+    """Positions whose logits change, against the reachable set of the L-th mask power."""
+    gen = torch.Generator().manual_seed(243)
+    T = 16
+    tokens = torch.randint(0, 32, (2, T), generator=gen)
+    cases = [(2, 4, 0, 0), (3, 3, 0, 2), (2, 4, 1, 0), (1, None, 0, 5)]  # (L, W, S, s)
+    for L, W, S, s in cases:
+        cfg = kc.DecoderConfig(
+            vocab_size=32,
+            d_model=16,
+            n_layers=L,
+            n_heads=2,
+            n_kv_heads=1,
+            d_ff=24,
+            window=W,
+            sinks=S,
+        )
+        model = kc.TinyDecoder(cfg, torch.Generator().manual_seed(7)).double()
+        want = _reach(T, L, W, S, s)
+        where = f"influenced(model, tokens, s={s}) for L = {L}, " + (
+            "no window" if W is None else f"W = {W}, S = {S}"
+        )
+        wrong = {}
+        if W is not None:
+            reach = s + L * (W - 1)
+            wrong = {
+                f"that is the reach of one layer (s .. s + W - 1); each of the L = {L} layers "
+                "carries the change W - 1 positions further": _band(T, s, s + W - 1),
+                "off by L: each layer reaches W - 1 positions back, not W, so the change "
+                "reaches s + L(W - 1)": _band(T, s, s + L * W),
+                "position s itself is missing: its own embedding changed": _band(T, s + 1, reach),
+            }
+            if s > 0:
+                wrong[
+                    "positions before s are marked; under causal attention they never see token s"
+                ] = _band(T, 0, reach)
+            if S > 0 and s < S:
+                wrong[
+                    "the sink is ignored: a sink token stays visible to every later position "
+                    "in every layer, so its change reaches the whole sequence"
+                ] = _band(T, s, reach)
+        got = attempt(answer, model, tokens.clone(), s)
+        got = as_tensor(got, where, (T,))
+        expect_answer(got, want, where, wrong=wrong, atol=0, rtol=0)
+    return (
+        "the changed positions match the reachable set s .. s + L(W - 1) of the mask power "
+        "for (L, W) = (2, 4), (3, 3), a sink and no window"
+    )

@@ -1,0 +1,373 @@
+"""Checks of the exercises of chapter 26 (online softmax and FlashAttention).
+
+The references are independent of the reader's answer and of :mod:`mlbook.attention.online_softmax`:
+partial states written out from their definitions (``amax``, ``exp``, a matrix product), torch's
+``F.scaled_dot_product_attention``, ``torch.softmax`` and ``torch.logsumexp`` over all keys in
+float64, the number of matrix products that :func:`mlbook.attention.tiled.tiled_attention`
+actually performs (intercepted with a ``TorchFunctionMode``), and ``torch.finfo`` with
+``torch.exp`` evaluated in each dtype. Everything runs on the CPU; the Triton kernel of the
+chapter is not used.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from ...attention import tiled as ta
+from . import Incorrect, as_int, as_tensor, attempt, exercise, expect, expect_answer
+
+F64 = torch.float64
+
+
+# --- 26.1 ------------------------------------------------------------------------------------
+
+
+def _split_case(seed: int, n: int, d: int, d_v: int, size: float = 1.0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(d, generator=gen, dtype=F64) * size
+    K = torch.randn(n, d, generator=gen, dtype=F64)
+    V = torch.randn(n, d_v, generator=gen, dtype=F64)
+    return q, K, V
+
+
+def _states(q, K, V, sizes):
+    """(m, l, acc) of each slice straight from the definitions (eqs. 26.1 and 26.3)."""
+    out, lo = [], 0
+    for n in sizes:
+        s = K[lo : lo + n] @ q / math.sqrt(q.shape[0])  # (n,)
+        m = s.amax()
+        p = torch.exp(s - m)
+        out.append((m, p.sum(), p @ V[lo : lo + n]))
+        lo += n
+    return out
+
+
+_SPLITS = [
+    ((100, 250, 400, 250), 1.0, "sizes 100, 250, 400, 250"),
+    ((1000,), 1.0, "a single worker"),
+    ((1, 998, 1), 1.0, "three workers of sizes 1, 998, 1"),
+    ((300, 50, 200, 150, 300), 1.0, "five workers"),
+    ((100, 250, 400, 250), 200.0, "scores up to 1000, where exp overflows float64"),
+]
+
+
+@exercise("26.1", "worker_states", "merge_tree")
+def split_k(states_answer, tree_answer) -> str:
+    """Per-slice states against their definitions; tree merge against torch SDPA in float64."""
+    for seed, (sizes, size, where) in enumerate(_SPLITS[:4]):
+        q, K, V = _split_case(261 + seed, sum(sizes), 16, 8, size)
+        want = _states(q, K, V, sizes)
+        got = attempt(states_answer, q.clone(), K.clone(), V.clone(), list(sizes))
+        expect(
+            isinstance(got, (list, tuple)) and len(got) == len(sizes),
+            f"worker_states for {where} should return a list of {len(sizes)} states, got "
+            f"{len(got) if isinstance(got, (list, tuple)) else type(got).__name__}",
+        )
+        for i, (state, (m, l, acc)) in enumerate(zip(got, want, strict=True)):
+            what = f"worker_states for {where}, state {i}"
+            expect(
+                isinstance(state, (tuple, list)) and len(state) == 3,
+                f"{what} should be a triple (m, l, acc)",
+            )
+            n = sum(as_tensor(x, what).numel() for x in state)
+            expect(
+                n == acc.numel() + 2,
+                f"{what} holds {n} numbers; a state is (m, l, acc): d_v + 2 = {acc.numel() + 2}",
+            )
+            unscaled = _states(q * math.sqrt(16), K, V, sizes)[i]
+            expect_answer(
+                state[0],
+                m,
+                f"m of {what}",
+                wrong={"the scores are not divided by sqrt(d)": unscaled[0]},
+                atol=1e-12,
+                rtol=1e-10,
+            )
+            expect_answer(
+                state[1],
+                l,
+                f"l of {what}",
+                wrong={
+                    "l is the plain sum of e^s; it is measured against the slice's "
+                    "maximum m: sum e^(s - m)": l * torch.exp(m)
+                },
+                atol=1e-12,
+                rtol=1e-10,
+            )
+            expect_answer(
+                state[2],
+                acc,
+                f"acc of {what}",
+                wrong={
+                    "acc is normalised; a worker sends the unnormalised numerator "
+                    "sum_j e^(s_j - m) v_j, and only the root divides by l": acc / l
+                },
+                atol=1e-10,
+                rtol=1e-10,
+            )
+
+    for seed, (sizes, size, where) in enumerate(_SPLITS):
+        q, K, V = _split_case(261 + seed, sum(sizes), 16, 8, size)
+        states = _states(q, K, V, sizes)
+        want = F.scaled_dot_product_attention(q[None], K, V)[0]  # (d_v,)
+        ms = torch.stack([m for m, _, _ in states])
+        ls = torch.stack([l for _, l, _ in states])
+        accs = torch.stack([a for _, _, a in states])
+        wrong = {
+            "that is the unnormalised numerator; divide by l once, at the root (eq. 26.4)": (
+                torch.exp(ms - ms.max())[:, None] * accs
+            ).sum(0),
+            "the workers' outputs are averaged with equal weights; each slice must be weighted "
+            "by its softmax mass e^m l": (accs / ls[:, None]).mean(0),
+        }
+        if len(sizes) > 1:
+            wrong[
+                "the states are added without rescaling to a common maximum (eq. 26.2): each "
+                "acc and l must be multiplied by e^(m_i - m)"
+            ] = accs.sum(0) / ls.sum()
+        got = attempt(tree_answer, [tuple(x.clone() for x in st) for st in states])
+        expect_answer(got, want, f"merge_tree for {where}", wrong=wrong, atol=1e-12, rtol=1e-10)
+    return (
+        "each state holds d_v + 2 numbers and matches its definition; the tree merge matches "
+        "torch SDPA in float64 for 1, 3, 4 and 5 workers and for scores up to 1000"
+    )
+
+
+# --- 26.2 ------------------------------------------------------------------------------------
+
+
+def _part(S: torch.Tensor, V: torch.Tensor):
+    """Normalised output and log-sum-exp of scores S (..., T_q, n) over values V (..., n, d_v)."""
+    if S.shape[-1] == 0:
+        return (
+            torch.zeros(*S.shape[:-1], V.shape[-1], dtype=S.dtype),
+            torch.full(S.shape[:-1], -math.inf, dtype=S.dtype),
+        )
+    return torch.softmax(S, -1) @ V, torch.logsumexp(S, -1)
+
+
+@exercise("26.2", "merge_lse")
+def merge_lse(answer) -> str:
+    """(o, L) of the union of two key sets against softmax and logsumexp over all keys."""
+    gen = torch.Generator().manual_seed(262)
+    q, k, v = (torch.randn(2, T, 16, generator=gen, dtype=F64) for T in (20, 50, 50))
+    cases = []
+    o_a, L_a = ta.tiled_attention(q, k[:, :23], v[:, :23], block_k=8, return_lse=True)
+    o_b, L_b = ta.tiled_attention(q, k[:, 23:], v[:, 23:], block_k=8, return_lse=True)
+    S = q @ k.transpose(-2, -1) / 4.0
+    cases.append(
+        ((o_a, L_a, o_b, L_b), _part(S, v), "two halves from tiled_attention (23 + 27 keys)")
+    )
+    S = torch.randn(3, 6, 40, generator=gen, dtype=F64) * 3 + 1000.0  # L > 1000
+    V = torch.randn(3, 40, 5, generator=gen, dtype=F64)
+    cases.append(
+        (
+            _part(S[..., :10], V[:, :10]) + _part(S[..., 10:], V[:, 10:]),
+            _part(S, V),
+            "scores near 1000 (10 + 30 keys)",
+        )
+    )
+    S = torch.randn(4, 12, generator=gen, dtype=F64) * 2
+    V = torch.randn(12, 3, generator=gen, dtype=F64)
+    cases.append(
+        (_part(S, V) + _part(S[:, :0], V[:0]), _part(S, V), "an empty second key set (L_b = -inf)")
+    )
+    for (oa, La, ob, Lb), (o_want, L_want), where in cases:
+        got = attempt(answer, oa.clone(), La.clone(), ob.clone(), Lb.clone())
+        expect(
+            isinstance(got, (tuple, list)) and len(got) == 2,
+            f"merge_lse for {where} should return a pair (o, L)",
+        )
+        o_got, L_got = got
+        finite_b = torch.isfinite(Lb).all()
+        wrong_L = {
+            "L = max(L_a, L_b) drops the smaller set's mass; the sums add: "
+            "L = log(e^L_a + e^L_b)": torch.maximum(La, Lb)
+        }
+        if finite_b:
+            wrong_L["L_a + L_b multiplies the two sums; they add: L = log(e^L_a + e^L_b)"] = La + Lb
+        expect_answer(
+            L_got, L_want, f"L of merge_lse for {where}", wrong=wrong_L, atol=1e-10, rtol=1e-12
+        )
+        w_a = torch.exp(La - L_want)[..., None]
+        w_b = torch.exp(Lb - L_want)[..., None]
+        wrong_o = {
+            "the outputs are averaged with equal weights; weight each by its softmax "
+            "mass e^(L_a - L), e^(L_b - L)": (oa + ob) / 2,
+            "the weights are swapped: o_a gets e^(L_a - L)": w_b * oa + w_a * ob,
+        }
+        if La.abs().max() < 100 and finite_b:
+            wrong_o["the weights e^L_a, e^L_b are not divided by e^L"] = (
+                torch.exp(La)[..., None] * oa + torch.exp(Lb)[..., None] * ob
+            )
+        expect_answer(
+            o_got, o_want, f"o of merge_lse for {where}", wrong=wrong_o, atol=1e-10, rtol=1e-10
+        )
+    return (
+        "(o, L) match softmax and logsumexp over all keys for halves from tiled_attention, "
+        "for L above 1000 and for an empty key set"
+    )
+
+
+# --- 26.3 ------------------------------------------------------------------------------------
+
+
+class _CountMatmuls(TorchFunctionMode):
+    """Counts the matrix products performed inside a ``with`` block."""
+
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in ("matmul", "__matmul__"):
+            self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _counted_tiles(T: int, b_q: int, b_k: int) -> int:
+    x = torch.zeros(T, 2)
+    with _CountMatmuls() as counter:
+        ta.tiled_attention(x, x, x, causal=True, block_q=b_q, block_k=b_k)
+    return counter.n // 2  # QK^T and PV per tile
+
+
+@exercise("26.3", "causal_tiles")
+def causal_tiles(answer) -> str:
+    """Tile counts against the matrix products tiled_attention performs."""
+    cases = [
+        (45, 16, 16),
+        (16, 16, 16),
+        (1, 4, 4),
+        (200, 8, 8),
+        (100, 16, 8),
+        (100, 8, 16),
+        (50, 7, 5),
+        (64, 32, 8),
+    ]
+    for T, b_q, b_k in cases:
+        want = _counted_tiles(T, b_q, b_k)
+        R_q, R_k = -(-T // b_q), -(-T // b_k)
+        wrong = {}
+        if b_q == b_k:
+            wrong[
+                "query block r needs key blocks 0 .. r, r + 1 of them (the diagonal tile "
+                "too), and the last, shorter block counts: R = ceil(T / b)"
+            ] = R_q * (R_q - 1) // 2
+        else:
+            wrong[
+                "that is the square-block count R(R + 1)/2; with b_q != b_k query block r "
+                "needs ceil(min(b_q (r + 1), T) / b_k) key blocks"
+            ] = R_q * (R_q + 1) // 2
+            wrong[
+                "that is the square-block count R(R + 1)/2 in key blocks; with b_q != b_k "
+                "query block r needs ceil(min(b_q (r + 1), T) / b_k) key blocks"
+            ] = R_k * (R_k + 1) // 2
+            wrong["the last query block is not cut at T: it needs at most R_k key blocks"] = sum(
+                -(-b_q * (r + 1) // b_k) for r in range(R_q)
+            )
+            wrong[
+                "the last, shorter query block is missing: there are ceil(T / b_q) query blocks"
+            ] = sum(-(-b_q * (r + 1) // b_k) for r in range(T // b_q))
+        wrong[
+            "that is every tile, R_q R_k; the causal algorithm skips the tiles above the diagonal"
+        ] = R_q * R_k
+        what = f"causal_tiles(T={T}, b_q={b_q}, b_k={b_k})"
+        got = as_int(attempt(answer, T, b_q, b_k), what, "tiles")
+        if got != want:
+            for feedback, value in wrong.items():
+                if got == value:
+                    raise Incorrect(f"{what} gives {got}: {feedback}")
+            raise Incorrect(f"{what} gives {got}; tiled_attention computes {want} tiles")
+    return (
+        "the counts match the matrix products of tiled_attention for 8 (T, b_q, b_k), "
+        "square blocks, b_q = 2 b_k, b_k = 2 b_q and blocks that divide nothing"
+    )
+
+
+# --- 26.4 ------------------------------------------------------------------------------------
+
+
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+@exercise("26.4", "overflow_threshold", "stable_softmax")
+def fp16_softmax(threshold_answer, softmax_answer) -> str:
+    """ln of the largest finite value per dtype, checked with torch.exp; a float16 softmax."""
+    for dtype in _DTYPES:
+        big = torch.finfo(dtype).max
+        want = math.log(big)
+        below = torch.tensor(want * 0.99, dtype=F64).to(dtype)
+        above = torch.tensor(want * 1.01, dtype=F64).to(dtype)
+        expect(
+            bool(torch.isfinite(torch.exp(below))) and bool(torch.isinf(torch.exp(above))),
+            "internal: exp should overflow just above ln(max)",
+        )
+        name = str(dtype).replace("torch.", "")
+        expect_answer(
+            attempt(threshold_answer, dtype),
+            want,
+            f"overflow_threshold({name})",
+            wrong={
+                "that is log2 of the largest value; e^s needs the natural log": math.log2(big),
+                "that is log10 of the largest value; e^s needs the natural log": math.log10(big),
+                "that is the largest finite value itself; e^s overflows once s exceeds its "
+                "natural log": big,
+                "that is float32's threshold; use the largest value of this dtype "
+                "(torch.finfo(dtype).max)": math.log(torch.finfo(torch.float32).max),
+            },
+            atol=2e-3,
+            rtol=0,
+        )
+
+    inf = math.inf
+    rows = torch.tensor(
+        [
+            [1.0, 12.0, 3.0, 11.5, -4.0],
+            [0.0, 0.0, 0.0, 0.0, 30.0],
+            [2.0, 2.0, 2.0, 2.0, 2.0],
+            [-inf, 5.0, 40.0, 39.0, -inf],
+        ],
+        dtype=torch.float16,
+    )
+    cases = [
+        (rows, "4 rows with scores 12, 30, ties and masked entries"),
+        (rows[0], "the row (1, 12, 3, 11.5, -4)"),
+        (rows.reshape(2, 2, 5), "a (2, 2, 5) tensor"),
+    ]
+    for s, where in cases:
+        want = torch.softmax(s.double(), dim=-1)
+        what = f"stable_softmax(s) for {where}"
+        got = attempt(softmax_answer, s.clone())
+        got_t = as_tensor(got, what, tuple(s.shape))
+        if not torch.isfinite(got_t).all():
+            raise Incorrect(
+                f"{what} contains nan or inf: e^s overflows float16 once s > 11.09; "
+                "subtract the row maximum before exponentiating"
+            )
+        expect(
+            isinstance(got, torch.Tensor) and got.dtype == torch.float16,
+            f"{what} should be a float16 tensor, got "
+            f"{got.dtype if isinstance(got, torch.Tensor) else type(got).__name__}",
+        )
+        m = s.double().amax(-1, keepdim=True)
+        wrong = {
+            "the rows are not normalised: divide e^(s - m) by l = sum e^(s - m)": torch.exp(
+                s.double() - m
+            )
+        }
+        if s.dim() > 1:
+            wrong[
+                "the softmax runs along the first axis; it belongs to the last (one row of "
+                "scores per query)"
+            ] = torch.softmax(s.double(), dim=0)
+        expect_answer(got_t, want, what, wrong=wrong, atol=2e-3, rtol=0)
+    return (
+        "thresholds match ln(finfo.max) and torch.exp's overflow in float16, bfloat16, "
+        "float32 and float64; the float16 softmax matches float64 for scores up to 40, ties "
+        "and masked entries"
+    )
