@@ -21,8 +21,8 @@ Notebooks import concept modules from their subpackage (``from mlbook.attention 
 and the book's tools from ``mlbook.teaching`` (``setup``, ``show_source``, the ``check_*``
 functions, ``check_exercise``).
 
-Every optimised function has its naive reference beside it, named ``naive_<name>`` — or ``<name>_naive``
-where the chapter already established it — and a test that the two agree.
+Every optimised function has its naive reference beside it, named ``<name>_naive``, and a test
+that the two agree.
 
 Argument checks (``mlbook.validation``): check where bad input would otherwise give a silent
 wrong result (NaN, a broadcast that hides a shape mismatch, an empty batch, a probability vector

@@ -1,35 +1,193 @@
-"""Argument checks shared by several modules (private: the public functions name the offending
-argument, shape or value in their own errors through these helpers)."""
+"""The one module of argument checks; every module of the package uses these and no others.
+
+The rule: check where bad input would otherwise give a *silent wrong result* (NaN, a broadcast
+that hides a shape mismatch, an empty batch, a probability vector that does not sum to one) or
+an error deep inside torch that does not name the user's argument. Do not restate a check that
+torch already makes with a clear message. Each check returns its (possibly converted) argument,
+so a call reads ``x = float_tensor(x, "x", ndim=4)``.
+
+Type errors (not a tensor, not an int, an integer tensor where floats are needed) raise
+``TypeError``; bad values (out of range, wrong shape, NaN, empty) raise ``ValueError``. Every
+message starts with the argument's name.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Sequence
+
 import torch
 
+__all__ = [
+    "float_tensor",
+    "index_tensor",
+    "finite",
+    "nonempty",
+    "shape_is",
+    "same_shape",
+    "integer",
+    "positive_int",
+    "number",
+    "positive",
+    "probability",
+    "distribution",
+    "one_of",
+    "divides",
+]
 
-def float_tensor(x, name: str, ndim: int | None = None, min_ndim: int = 0) -> torch.Tensor:
-    """``x`` must be a floating-point torch tensor, with ``ndim`` (or >= ``min_ndim``) axes."""
+
+def _shape(x) -> tuple[int, ...]:
+    return tuple(x.shape)
+
+
+def float_tensor(
+    x,
+    name: str,
+    ndim: int | None = None,
+    min_ndim: int = 0,
+    *,
+    all_finite: bool = False,
+    not_empty: bool = False,
+) -> torch.Tensor:
+    """``x`` must be a floating-point tensor with ``ndim`` (or at least ``min_ndim``) axes;
+    optionally also non-empty and free of NaN/inf."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
     if ndim is not None and x.ndim != ndim:
-        raise ValueError(f"{name} must have {ndim} axes, got shape {tuple(x.shape)}")
+        raise ValueError(f"{name} must have {ndim} axes, got shape {_shape(x)}")
     if x.ndim < min_ndim:
-        raise ValueError(f"{name} must have at least {min_ndim} axes, got shape {tuple(x.shape)}")
+        raise ValueError(f"{name} must have at least {min_ndim} axes, got shape {_shape(x)}")
+    if not_empty:
+        nonempty(x, name)
+    if all_finite:
+        finite(x, name)
     return x
 
 
-def positive_int(v, name: str) -> int:
-    """``v`` must be a positive int (bool excluded); anything else is a ValueError."""
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise ValueError(f"{name} must be a positive int, got {v!r}")
-    return v
+def index_tensor(x, name: str, high: int | None = None, ndim: int | None = None) -> torch.Tensor:
+    """``x`` must be an integer tensor of indices in ``[0, high)`` (token ids, class labels)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype == torch.bool or x.is_floating_point() or x.is_complex():
+        raise TypeError(f"{name} must be an integer tensor, got dtype {x.dtype}")
+    if ndim is not None and x.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} axes, got shape {_shape(x)}")
+    if x.numel() and (x.min() < 0 or (high is not None and x.max() >= high)):
+        bound = f"[0, {high})" if high is not None else "non-negative"
+        raise ValueError(f"{name} must hold indices in {bound}, got {x.min()}..{x.max()}")
+    return x
 
 
-def int_at_least_one(v, name: str) -> int:
-    """``v`` must be an int (TypeError otherwise, bool excluded) and at least 1 (ValueError)."""
+def finite(x, name: str):
+    """``x`` (a tensor or a number) must hold no NaN or infinity."""
+    ok = bool(torch.isfinite(x).all()) if isinstance(x, torch.Tensor) else math.isfinite(x)
+    if not ok:
+        raise ValueError(f"{name} must be finite, got NaN or infinity")
+    return x
+
+
+def nonempty(x, name: str):
+    """``x`` must hold at least one element (an empty batch would average to NaN)."""
+    if (x.numel() if isinstance(x, torch.Tensor) else len(x)) == 0:
+        raise ValueError(f"{name} must not be empty, got shape {_shape(x)}")
+    return x
+
+
+def shape_is(x, name: str, shape: Sequence[int | None]) -> torch.Tensor:
+    """``x`` must have exactly ``shape``; ``None`` entries match any size."""
+    if len(x.shape) != len(shape) or any(
+        s is not None and s != n for s, n in zip(shape, x.shape, strict=True)
+    ):
+        want = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
+        raise ValueError(f"{name} must have shape {want}, got {_shape(x)}")
+    return x
+
+
+def same_shape(a, b, names: tuple[str, str]) -> None:
+    """``a`` and ``b`` must have the same shape: no broadcast may hide a mismatch."""
+    if _shape(a) != _shape(b):
+        raise ValueError(
+            f"{names[0]} and {names[1]} must have the same shape, got {_shape(a)} and {_shape(b)}"
+        )
+
+
+def integer(v, name: str, low: int | None = None, high: int | None = None) -> int:
+    """``v`` must be an int (bool excluded) in ``[low, high]``."""
     if isinstance(v, bool) or not isinstance(v, int):
         raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    if v < 1:
-        raise ValueError(f"{name} must be >= 1, got {v}")
+    if (low is not None and v < low) or (high is not None and v > high):
+        lo = "-inf" if low is None else low
+        hi = "inf" if high is None else high
+        raise ValueError(f"{name} must be in [{lo}, {hi}], got {v}")
     return v
+
+
+def positive_int(v, name: str) -> int:
+    """``v`` must be an int >= 1."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{name} must be a positive int, got {type(v).__name__}")
+    if v < 1:
+        raise ValueError(f"{name} must be a positive int, got {v}")
+    return v
+
+
+def number(
+    v,
+    name: str,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    open_low: bool = False,
+    open_high: bool = False,
+) -> float:
+    """``v`` must be a finite real number in the interval from ``low`` to ``high``."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        if not (isinstance(v, torch.Tensor) and v.numel() == 1 and not v.is_complex()):
+            raise TypeError(f"{name} must be a real number, got {type(v).__name__}")
+    v = float(v)
+    bad = not math.isfinite(v)
+    bad |= low is not None and (v <= low if open_low else v < low)
+    bad |= high is not None and (v >= high if open_high else v > high)
+    if bad:
+        lo = "-inf" if low is None else low
+        hi = "inf" if high is None else high
+        interval = f"{'(' if open_low else '['}{lo}, {hi}{')' if open_high else ']'}"
+        raise ValueError(f"{name} must be a finite number in {interval}, got {v}")
+    return v
+
+
+def positive(v, name: str) -> float:
+    """``v`` must be a finite number > 0 (a learning rate, a temperature, a scale)."""
+    return number(v, name, 0.0, open_low=True)
+
+
+def probability(v, name: str) -> float:
+    """``v`` must be a number in [0, 1]."""
+    return number(v, name, 0.0, 1.0)
+
+
+def distribution(p, name: str, dim: int = -1, atol: float = 1e-6) -> torch.Tensor:
+    """``p`` must be non-negative and sum to one along ``dim`` (a probability vector or table)."""
+    p = float_tensor(p, name, min_ndim=1, all_finite=True, not_empty=True)
+    if bool((p < 0).any()):
+        raise ValueError(f"{name} must be non-negative, got a minimum of {p.min().item():.3g}")
+    err = (p.sum(dim) - 1).abs().max().item()
+    if err > atol:
+        raise ValueError(f"{name} must sum to one along dim {dim}, off by up to {err:.3g}")
+    return p
+
+
+def one_of(v, name: str, options: Iterable):
+    """``v`` must be one of ``options``."""
+    options = tuple(options)
+    if v not in options:
+        raise ValueError(f"{name} must be one of {options}, got {v!r}")
+    return v
+
+
+def divides(a: int, a_name: str, b: int, b_name: str) -> None:
+    """``a`` must divide ``b`` (heads into a width, KV groups into heads)."""
+    if b % a:
+        raise ValueError(f"{a_name}={a} must divide {b_name}={b}")

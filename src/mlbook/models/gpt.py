@@ -43,7 +43,7 @@ from ..nn.activations import gelu_tanh
 from ..nn.normalization import layer_norm
 from ..nn.schedules import linear_warmup, warmup_cosine
 from ..nn.softmax import cross_entropy, softmax
-from ..validation import int_at_least_one as _positive_int
+from ..validation import positive_int as _positive_int
 
 __all__ = [
     "GPTConfig",

@@ -37,7 +37,7 @@ from ..attention.dot_product import scaled_dot_product_attention
 from ..attention.rope import apply_rope, rope_frequencies
 from ..nn.activations import SwiGLUFFN, swiglu_hidden_dim
 from ..nn.normalization import rms_norm
-from ..validation import int_at_least_one as _positive_int
+from ..validation import positive_int as _positive_int
 
 __all__ = [
     "TransformerConfig",
