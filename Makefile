@@ -40,6 +40,7 @@ book: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests scripts benchmarks chapters appendix instructors.ipynb
+	$(VENV)/bin/ruff format --check src tests scripts benchmarks
 
 # The unit tests include running every chapter's student version (tests/test_assign_run.py):
 # two workers halve that.

@@ -75,7 +75,7 @@ def memory_section(T: int, d: int, device: str) -> dict:
         "tiled_bq=128_bk=128": {"block_q": 128, "block_k": 128},
     }
     for name, blocks in variants.items():
-        fn = ta.naive_attention if not blocks else ta.tiled_attention
+        fn = ta.tiled_attention_naive if not blocks else ta.tiled_attention
         nbytes, what = ta.largest_intermediate_bytes(fn, meta, meta, meta, True, **blocks)
         pred = ta.predicted_largest_bytes(T, T, d, d, **blocks)
         res[name] = {"largest_bytes": nbytes, "predicted_bytes": pred, "largest_tensor": what}
@@ -87,8 +87,8 @@ def memory_section(T: int, d: int, device: str) -> dict:
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, T, d, generator=g).to(device) for _ in range(3))
     t0 = time.perf_counter()
-    ref_bytes, _ = ta.largest_intermediate_bytes(ta.naive_attention, q, k, v, True)
-    ref = ta.naive_attention(q, k, v, True)
+    ref_bytes, _ = ta.largest_intermediate_bytes(ta.tiled_attention_naive, q, k, v, True)
+    ref = ta.tiled_attention_naive(q, k, v, True)
     t1 = time.perf_counter()
     out = ta.tiled_attention(q, k, v, True, block_q=128, block_k=128)
     t2 = time.perf_counter()
@@ -108,7 +108,7 @@ def cuda_peak_extra(q, k, v) -> dict:
     """Peak allocator memory above the inputs for each implementation (batch 1, one head)."""
     q4, k4, v4 = (x[None] for x in (q, k, v))  # (1, 1, T, d) for the kernel and SDPA
     fns = {
-        "naive": lambda: ta.naive_attention(q, k, v, True),
+        "naive": lambda: ta.tiled_attention_naive(q, k, v, True),
         "tiled_bq=128_bk=128": lambda: ta.tiled_attention(q, k, v, True, block_q=128, block_k=128),
         "sdpa": lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=True),
     }

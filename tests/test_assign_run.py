@@ -1,13 +1,16 @@
-"""The assignments work when run: every chapter's student version runs top to bottom with the
-stubs raising only inside their checks (each prints "not attempted"), putting the reference
+"""The assignments work when run: in every chapter's student version the stubs are used only by
+their checks (no other cell calls them), each check prints "not attempted", putting the reference
 solutions back makes every check pass, and nbgrader grades a submission with the bundle.
 
-These tests execute notebooks (about the time of the book's own run); `make test` runs them on
-two workers."""
+The student version is run in a kernel through its setup cell and its exercise cells only: the
+other cells are the book's own, which the notebook tests (nbval) execute already; that no other
+cell uses an answer function is checked on their code."""
 
+import ast
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,6 +39,21 @@ def stream(cell):
     return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
 
 
+def names_read_and_bound(source):
+    """The names a code cell reads without binding them itself, and those it binds (magics read
+    as ``pass``)."""
+    tree = ast.parse(re.sub(r"(?m)^(\s*)[%!].*$", r"\1pass", source))
+    bound, used = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (used if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return used - bound, bound
+
+
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_student_version_runs_and_solutions_make_every_check_pass(tmp_path, path):
     number = int(path.name.split("_")[0])
@@ -48,36 +66,54 @@ def test_student_version_runs_and_solutions_make_every_check_pass(tmp_path, path
         for c in master["cells"]
         if c["metadata"].get("nbgrader", {}).get("solution") and c["cell_type"] == "code"
     }
+    graded = [c for c in nb.cells if c.cell_type == "code" and "nbgrader" in c.metadata]
+    stubs = set()  # the answer functions whose stub is the current definition
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        if "nbgrader" in cell.metadata:
+            if cell.metadata["nbgrader"].get("solution"):
+                stubs |= {f.name for f in ast.parse(text(cell)).body}
+            continue
+        used, bound = names_read_and_bound(text(cell))
+        assert not used & stubs, f"{path.name}: a cell outside the exercises uses {used & stubs}"
+        stubs -= bound
+    setup = next(c for c in nb.cells if c.cell_type == "code")
+    run = nbformat.v4.new_notebook(metadata=nb.metadata)
     client = NotebookClient(
-        nb,
+        run,
         timeout=300,
         kernel_name="python3",
         resources={"metadata": {"path": str(tmp_path / "student")}},
     )
     checks = []
+
+    def execute(source):
+        cell = nbformat.v4.new_code_cell(source)
+        run.cells.append(cell)
+        client.execute_cell(cell, len(run.cells) - 1)  # raises CellExecutionError if it fails
+        return cell
+
     with client.setup_kernel():
-        for i, cell in enumerate(nb.cells):
-            client.execute_cell(cell, i)  # raises CellExecutionError if any cell fails
-            meta = cell.metadata.get("nbgrader", {})
-            if meta.get("grade") and cell.cell_type == "code":
+        execute(text(setup))
+        for cell in graded:
+            done = execute(text(cell))
+            meta = cell.metadata["nbgrader"]
+            if meta.get("grade"):
                 checks.append(cell)
                 eid = meta["grade_id"][3:-6].replace("-", ".")
-                assert stream(cell).startswith(f"○ exercise {eid} — not attempted yet: "), stream(
-                    cell
+                assert stream(done).startswith(f"○ exercise {eid} — not attempted yet: "), stream(
+                    done
                 )
-                assert "NotImplementedError" in stream(cell)
+                assert "NotImplementedError" in stream(done)
         assert checks, f"{path.name}: no check cells"
         # put the reference solutions back, then run every check again
         for source in solutions.values():
-            cell = nbformat.v4.new_code_cell(source)
-            nb.cells.append(cell)
-            client.execute_cell(cell, len(nb.cells) - 1)
+            execute(source)
         for cell in checks:
-            again = nbformat.v4.new_code_cell(text(cell))
-            nb.cells.append(again)
-            client.execute_cell(again, len(nb.cells) - 1)
+            again = execute(text(cell))
             assert stream(again).startswith("✓ exercise "), stream(again)
-    for cell in nb.cells:
+    for cell in run.cells:
         for out in cell.get("outputs", []):
             assert not (out.output_type == "stream" and out.name == "stderr"), out.text
 

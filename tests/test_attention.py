@@ -1,4 +1,4 @@
-"""Unit tests of mlbook.attention.dot_product against torch built-ins and float64 autograd (chapter 19)."""
+"""Unit tests of mlbook.attention.dot_product against torch built-ins and float64 autograd."""
 
 import math
 
@@ -176,34 +176,26 @@ def test_gradcheck():
 @pytest.mark.parametrize("fn", [at.scaled_dot_product_attention, at.attention_naive])
 def test_forward_rejects_bad_input(fn):
     q, k, v = qkv(B=1, H=1, T_q=2, T_k=3, d_k=4, d_v=2)
-    with pytest.raises(ValueError, match="d_k"):
-        fn(q, k[..., :3], v)
-    with pytest.raises(ValueError, match="T_k"):
-        fn(q, k, v[..., :2, :])
-    with pytest.raises(ValueError, match="broadcast"):
-        fn(q.expand(2, 1, 2, 4), k.expand(3, 1, 3, 4), v)
-    with pytest.raises(ValueError, match=r"\(\.\.\., T, d\)"):
+    with pytest.raises(ValueError, match="at least 2 axes"):
         fn(q[0, 0, 0], k, v)
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(ValueError, match="q must not be empty"):  # would average nothing
         fn(q[..., :0, :], k, v)
-    with pytest.raises(TypeError, match="dtype"):
-        fn(q.float(), k, v)
+    with pytest.raises(ValueError, match="k must not be empty"):
+        fn(q, k[..., :0, :], v[..., :0, :])
     with pytest.raises(TypeError, match="floating"):
         fn(q.long(), k, v)
     with pytest.raises(TypeError, match="torch.Tensor"):
         fn(q.tolist(), k, v)
-    with pytest.raises(TypeError, match="bool"):
+    with pytest.raises(TypeError, match="mask must be a bool"):
         fn(q, k, v, mask=torch.zeros(2, 3))
     with pytest.raises(ValueError, match="does not broadcast"):
         fn(q, k, v, mask=torch.ones(3, 2, dtype=torch.bool))
-    with pytest.raises(ValueError, match="does not broadcast"):
+    with pytest.raises(ValueError, match="does not broadcast"):  # would enlarge the output
         fn(q, k, v, mask=torch.ones(5, 1, 1, 2, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match="scale"):
         fn(q, k, v, scale=-1.0)
     with pytest.raises(TypeError, match="scale"):
         fn(q, k, v, scale="0.5")
-    with pytest.raises(TypeError, match="is_causal"):
-        fn(q, k, v, is_causal=1)
 
 
 def test_masks_and_backward_reject_bad_input():
@@ -211,16 +203,18 @@ def test_masks_and_backward_reject_bad_input():
         at.causal_mask(0)
     with pytest.raises(TypeError, match="T_k"):
         at.causal_mask(3, 2.0)
-    with pytest.raises(ValueError, match=r"\[0, T=4\]"):
-        at.padding_mask([5, 2], 4)
-    with pytest.raises(ValueError, match=r"\[0, T=4\]"):
+    with pytest.raises(ValueError, match=r"lengths must hold indices in \[0, 5\)"):
+        at.padding_mask([5, 6], 4)
+    with pytest.raises(ValueError, match="lengths must hold indices"):
         at.padding_mask(torch.tensor([-1]), 4)
-    with pytest.raises(TypeError, match="integers"):
+    with pytest.raises(TypeError, match="integer"):
         at.padding_mask(torch.tensor([1.0, 2.0]), 4)
-    with pytest.raises(TypeError, match="sequence of ints"):
+    with pytest.raises(TypeError, match="integer"):
         at.padding_mask([1.5], 4)
-    with pytest.raises(ValueError, match=r"\(B,\)"):
+    with pytest.raises(ValueError, match="1 axes"):
         at.padding_mask(torch.ones(2, 2, dtype=torch.long), 4)
+    with pytest.raises(ValueError, match="lengths must not be empty"):
+        at.padding_mask([], 4)
     with pytest.raises(ValueError, match="T must"):
         at.padding_mask([1], 0)
     q, k, v = qkv(B=1, H=1, T_q=2, T_k=3)
@@ -230,8 +224,6 @@ def test_masks_and_backward_reject_bad_input():
         at.attention_backward(q, k, v, w.transpose(-2, -1), g)
     with pytest.raises(ValueError, match="grad_out"):
         at.attention_backward(q, k, v, w, g[..., :3])
-    with pytest.raises(ValueError, match="d_k"):
-        at.attention_backward(q, k[..., :2], v, w, g)
 
 
 # --- the small-multiples helper of the chapter's figures (mlbook.viz.attention_grid) -------------

@@ -1,13 +1,13 @@
 """Every exercise of the book checks itself: its check accepts the reference answer shown in the
-chapter, reports a stub as not attempted, reports a broken answer without crashing, and has
-tests (tests/test_exercises_chNN.py) that name at least two typical wrong answers."""
+chapter, reports a stub as not attempted, reports a broken answer without crashing, and rejects
+each typical wrong answer that its chapter module lists (``MISTAKES``, at least two an exercise)
+with the feedback that names the mistake."""
 
-import importlib.util
 import json
 
 import pytest
 import torch
-from exercise_support import ROOT, reference, reference_passes
+from exercise_support import ROOT, reference
 
 from mlbook.teaching.assign import find_exercises
 from mlbook.teaching.exercises import (
@@ -19,6 +19,7 @@ from mlbook.teaching.exercises import (
     evaluate,
     expect_answer,
     expect_tuple,
+    mistakes,
     registered,
 )
 
@@ -46,7 +47,8 @@ def test_no_check_without_an_exercise():
 
 @pytest.mark.parametrize("eid", ALL_IDS)
 def test_reference_answer_passes(eid):
-    reference_passes(eid)
+    result = evaluate(eid, *reference(eid).values())
+    assert result.status == "passed", result.line()
 
 
 @pytest.mark.parametrize("eid", ALL_IDS)
@@ -61,16 +63,24 @@ def test_stub_is_not_attempted_and_garbage_is_rejected(eid):
     assert result.status == "failed" and result.message
 
 
-@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
-def test_each_chapter_names_typical_wrong_answers(path):
-    chapter = int(path.name.split("_")[0])
-    test_file = ROOT / "tests" / f"test_exercises_ch{chapter:02d}.py"
-    assert test_file.exists(), f"{test_file.name} is missing"
-    spec = importlib.util.spec_from_file_location(test_file.stem, test_file)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    for eid in notebook_ids(path):
-        assert len(module.WRONG.get(eid, [])) >= 2, f"{eid}: name at least two wrong answers"
+@pytest.mark.parametrize("eid", ALL_IDS)
+def test_each_exercise_names_typical_wrong_answers(eid):
+    assert len(mistakes(eid)) >= 2, f"{eid}: list at least two wrong answers in MISTAKES"
+
+
+MISTAKES = [
+    pytest.param(eid, n, id=f"{eid}-{n}")
+    for eid in ALL_IDS
+    for n in range(len(mistakes(eid)) if eid in {e.id for e in registered()} else 0)
+]
+
+
+@pytest.mark.parametrize(("eid", "n"), MISTAKES)
+def test_typical_wrong_answer_is_rejected_with_its_feedback(eid, n):
+    answer, feedback = mistakes(eid)[n]
+    result = evaluate(eid, *(answer if isinstance(answer, tuple) else (answer,)))
+    assert result.status == "failed", f"a wrong answer was not rejected: {result.line()}"
+    assert feedback in result.message, f"expected {feedback!r} in: {result.message}"
 
 
 def test_check_exercise_prints_one_line_and_strict_raises(capsys):
@@ -106,7 +116,7 @@ def test_a_missing_package_of_a_check_is_named(monkeypatch):
 
 
 def test_attempt_and_expect_answer_name_the_problem():
-    with pytest.raises(NotAttempted):
+    with pytest.raises(NotAttempted, match="`f` still raises NotImplementedError"):
         attempt(lambda: (_ for _ in ()).throw(NotImplementedError()), name="f")
     with pytest.raises(Incorrect, match="should be a function"):
         attempt(3, name="f")

@@ -1,4 +1,4 @@
-"""Unit tests of mlbook.architectures.moe: routing, routed vs dense MoE, balancing, capacity (chapter 27)."""
+"""Unit tests of mlbook.architectures.moe: routing, routed vs dense MoE, balancing, capacity."""
 
 import math
 
@@ -264,70 +264,76 @@ def test_bad_input_raises():
     x, P = setup_layer()
     logits = x @ P["W_r"]
     rt = moe.topk_route(logits, 2)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="logits must be a floating-point tensor"):
         moe.topk_route(logits.long(), 1)
-    with pytest.raises(ValueError, match="exceeds"):
+    with pytest.raises(ValueError, match=r"k must be in \[1, 6\]"):
         moe.topk_route(logits, 7)
-    with pytest.raises(ValueError, match="bias"):
-        moe.topk_route(logits, 1, bias=torch.zeros(5, dtype=torch.float64))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="logits must have 2 axes"):
         moe.topk_route(logits[0], 1)
-    with pytest.raises(ValueError):
-        moe.gate_matrix(rt.idx, rt.gates[:, :1], 6)
-    with pytest.raises(ValueError, match="lie in"):
+    with pytest.raises(ValueError, match="idx must hold indices"):
         moe.gate_matrix(rt.idx, rt.gates, 3)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="idx must be an integer tensor"):
         moe.gate_matrix(rt.idx.double(), rt.gates, 6)
-    with pytest.raises(ValueError):
-        moe.init_experts(0, 4, 4)
-    G = moe.gate_matrix(rt.idx, rt.gates, 6)
-    with pytest.raises(ValueError):
-        moe.moe_dense(x[:, :5], G, P["W"], P["V"], P["W2"])
-    with pytest.raises(ValueError):
-        moe.moe_dense(x, G[:, :5], P["W"], P["V"], P["W2"])
-    with pytest.raises(ValueError):
-        moe.moe_routed(x, rt.idx[:10], rt.gates[:10], P["W"], P["V"], P["W2"])
-    with pytest.raises(TypeError):
-        moe.moe_routed(x, rt.idx, rt.gates, P["W"], P["V"], P["W2"], keep=rt.idx)
-    with pytest.raises(ValueError):
-        moe.moe_routed(
-            x, rt.idx, rt.gates, P["W"], P["V"], P["W2"], keep=torch.ones(3, 2, dtype=torch.bool)
-        )
-    with pytest.raises(ValueError):
-        moe.expert_load(torch.zeros(0, 1, dtype=torch.long), 3)
-    with pytest.raises(ValueError):
-        moe.mean_router_prob(torch.zeros(0, 3))
-    with pytest.raises(ValueError, match="alpha"):
-        moe.load_balancing_loss(rt.probs, rt.idx, -1.0)
-    with pytest.raises(ValueError):
-        moe.load_balancing_loss(rt.probs[:5], rt.idx, 1.0)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="idx must be a torch.Tensor"):
         moe.load_balancing_loss(rt.probs, rt.idx.tolist(), 1.0)
-    with pytest.raises(ValueError):
-        moe.load_balancing_loss_grad(logits, torch.zeros(5, dtype=torch.float64))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="n_experts must be a positive int"):
+        moe.init_experts(0, 4, 4)
+    with pytest.raises(TypeError, match="keep must be a bool tensor"):
+        moe.moe_routed(x, rt.idx, rt.gates, P["W"], P["V"], P["W2"], keep=rt.idx)
+    with pytest.raises(ValueError, match="alpha must be a finite number"):
+        moe.load_balancing_loss(rt.probs, rt.idx, -1.0)
+    with pytest.raises(ValueError, match="capacity_factor must be a finite number"):
         moe.expert_capacity(10, 4, 1, 0.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="n_tokens must be a positive int"):
         moe.expert_capacity(0, 4, 1, 1.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"capacity must be in \[0, inf\]"):
         moe.capacity_mask(rt.idx, 6, -1)
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError, match="capacity must be an int"):
         moe.capacity_mask_naive(rt.idx, 6, 1.5)
-    with pytest.raises(ValueError):
-        moe.bias_update(torch.zeros(6), torch.zeros(5), 0.1)
-    with pytest.raises(ValueError, match="eta"):
+    with pytest.raises(ValueError, match="eta must be a finite number"):
         moe.bias_update(torch.zeros(6), torch.zeros(6), 0.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"top_k must be in \[1, 8\]"):
         moe.MoEConfig(top_k=9)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="n_kv_heads=8 must divide n_heads=30"):
         moe.MoEConfig(n_heads=30)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="d_model must be a positive int"):
         moe.MoEConfig(d_model=0)
-    with pytest.raises(TypeError):
-        moe.count_parameters({"d_model": 4})
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="spread must be a finite number"):
         moe.toy_task(10, 4, spread=0.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="alpha must be a finite number"):
         moe.train_toy_moe(-0.1, steps=1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"batch must be in \[1, 50\]"):
         moe.train_toy_moe(0.1, steps=1, batch=100, n_tokens=50)
+
+
+def test_shape_mismatches_that_would_broadcast_or_drop_tokens_raise():
+    x, P = setup_layer()
+    logits = x @ P["W_r"]
+    rt = moe.topk_route(logits, 2)
+    G = moe.gate_matrix(rt.idx, rt.gates, 6)
+    with pytest.raises(ValueError, match=r"bias must have shape \(6\)"):
+        moe.topk_route(logits, 1, bias=torch.zeros(1, dtype=torch.float64))  # would broadcast
+    with pytest.raises(ValueError, match="gates and idx must have the same shape"):
+        moe.gate_matrix(rt.idx, rt.gates[:, :1], 6)
+    with pytest.raises(ValueError, match=r"G must have shape \(64, 6\)"):
+        moe.moe_dense(x, G[:1], P["W"], P["V"], P["W2"])  # one row would broadcast
+    with pytest.raises(ValueError, match=r"idx must have shape \(64, \*\)"):
+        moe.moe_routed(x, rt.idx[:10], rt.gates[:10], P["W"], P["V"], P["W2"])  # tokens dropped
+    with pytest.raises(ValueError, match="idx must hold indices"):
+        moe.moe_routed(x, rt.idx + 6, rt.gates, P["W"], P["V"], P["W2"])  # experts skipped
+    with pytest.raises(ValueError, match="keep and idx must have the same shape"):
+        keep = torch.ones(3, 2, dtype=torch.bool)
+        moe.moe_routed(x, rt.idx, rt.gates, P["W"], P["V"], P["W2"], keep=keep)
+    with pytest.raises(ValueError, match=r"idx must have shape \(5, \*\)"):
+        moe.load_balancing_loss(rt.probs[:5], rt.idx, 1.0)
+    with pytest.raises(ValueError, match=r"f must have shape \(6\)"):
+        moe.load_balancing_loss_grad(logits, torch.zeros(1, dtype=torch.float64))
+    with pytest.raises(ValueError, match="f and bias must have the same shape"):
+        moe.bias_update(torch.zeros(6), torch.zeros(1), 0.1)
+
+
+def test_empty_batches_raise_instead_of_nan():
+    with pytest.raises(ValueError, match="idx must not be empty"):
+        moe.expert_load(torch.zeros(0, 1, dtype=torch.long), 3)
+    with pytest.raises(ValueError, match="probs must not be empty"):
+        moe.mean_router_prob(torch.zeros(0, 3))

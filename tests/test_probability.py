@@ -1,4 +1,4 @@
-"""mlbook.foundations.probability against independent references (closed forms, SciPy, torch, simulation)."""
+"""mlbook.foundations.probability against independent references (closed forms, SciPy, torch)."""
 
 import itertools
 import math
@@ -109,20 +109,20 @@ def test_gumbel_max_matches_softmax(gen):
 @pytest.mark.parametrize(
     "call, exc, match",
     [
-        (lambda: prob.validate_distribution([0.5, 0.6]), ValueError, "sum to 1"),
-        (lambda: prob.validate_distribution([-0.1, 1.1]), ValueError, "non-negative"),
-        (lambda: prob.validate_distribution(["a"]), TypeError, "numeric"),
-        (lambda: prob.validate_distribution([]), ValueError, "empty"),
-        (lambda: prob.interval_probability(np.exp, 1.0, 0.0), ValueError, "a < b"),
+        (lambda: prob.expectation([1, 2], [0.5, 0.6]), ValueError, "sum to one"),
+        (lambda: prob.expectation([1, 2], [-0.1, 1.1]), ValueError, "non-negative"),
+        (lambda: prob.expectation([1, 2], [0.5, math.nan]), ValueError, "finite"),
+        (lambda: prob.marginal([], 0), ValueError, "empty"),
+        (lambda: prob.interval_probability(np.exp, 1.0, 0.0), ValueError, "b must"),
         (lambda: prob.interval_probability(np.exp, 0.0, 1.0, n=4), ValueError, "odd"),
         (lambda: prob.interval_probability(lambda x: -x, 0.0, 1.0), ValueError, "negative"),
-        (lambda: prob.marginal(np.full((2, 2), 0.25), 3), ValueError, "out of range"),
-        (lambda: prob.marginal(np.full((2, 2), 0.25), (0, 0)), ValueError, "repeats"),
-        (lambda: prob.conditional(np.full(4, 0.25), 0), ValueError, "2-D"),
+        (lambda: prob.marginal(np.full((2, 2), 0.25), 3), ValueError, r"keep must be in \[-2, 1\]"),
+        (lambda: prob.marginal(np.full((2, 2), 0.25), (0, 0)), ValueError, "repeat"),
+        (lambda: prob.conditional(np.full(4, 0.25), 0), ValueError, "2 axes"),
         (lambda: prob.conditional(np.array([[0.5, 0.5], [0.0, 0.0]]), 0), ValueError, "undefined"),
-        (lambda: prob.bayes_posterior([0.5, 0.5], [0.1]), ValueError, r"\(H,\)"),
+        (lambda: prob.bayes_posterior([0.5, 0.5], [0.1]), ValueError, "likelihood must have shape"),
         (lambda: prob.bayes_posterior([0.5, 0.5], [0.0, 0.0]), ValueError, "probability 0"),
-        (lambda: prob.chain_rule_joint([]), ValueError, "at least one"),
+        (lambda: prob.chain_rule_joint([]), ValueError, "empty"),
         (
             lambda: prob.chain_rule_joint([np.full(2, 0.5), np.full((3, 2), 0.5)]),
             ValueError,
@@ -131,7 +131,7 @@ def test_gumbel_max_matches_softmax(gen):
         (
             lambda: prob.markov_sequence_log_prob([1.0, 0.0], np.eye(2), np.array([0, 2])),
             ValueError,
-            "states",
+            "seq must hold indices",
         ),
         (
             lambda: prob.markov_sequence_log_prob([1.0, 0.0], np.eye(3), np.array([0])),
@@ -149,20 +149,15 @@ def test_gumbel_max_matches_softmax(gen):
             ValueError,
             "same shape",
         ),
-        (lambda: prob.gaussian_nll(torch.zeros(3), torch.zeros(4), 1.0), ValueError, r"\(N,\)"),
+        (lambda: prob.gaussian_nll(torch.zeros(3), torch.zeros(4), 1.0), ValueError, "same shape"),
         (lambda: prob.gaussian_nll(torch.zeros(3), torch.zeros(3), 0.0), ValueError, "positive"),
         (lambda: prob.categorical_nll(torch.zeros(3, 2), torch.zeros(3)), TypeError, "integer"),
         (
             lambda: prob.categorical_nll(torch.zeros(3, 2), torch.tensor([0, 1, 2])),
             ValueError,
-            "labels",
+            r"y must hold indices in \[0, 2\)",
         ),
         (lambda: prob.gumbel_max_sample([0.0, 1.0], 5, torch.Generator()), TypeError, "Tensor"),
-        (
-            lambda: prob.gumbel_max_sample(torch.zeros(1), 5, torch.Generator()),
-            ValueError,
-            "K >= 2",
-        ),
         (
             lambda: prob.gumbel_max_sample(torch.tensor([0.0, math.inf]), 5, torch.Generator()),
             ValueError,

@@ -124,48 +124,50 @@ def test_rotate_half_is_a_quarter_turn():
 def test_bad_input_raises():
     x = torch.zeros(4, 8)
     freqs = rope.rope_frequencies(8)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="even"):
         rope.apply_rope(torch.zeros(4, 7), torch.arange(4), freqs)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="positions .* does not broadcast"):
         rope.apply_rope(x, torch.arange(5), freqs)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="positions .* does not broadcast"):  # would enlarge x
+        rope.apply_rope(x, torch.arange(4)[:, None, None], freqs)
+    with pytest.raises(ValueError, match=r"freqs must have shape \(4\)"):
         rope.apply_rope(x, torch.arange(4), rope.rope_frequencies(6))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least 2 axes"):
         rope.apply_rope(torch.zeros(8), torch.arange(1), freqs)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="floating-point"):
         rope.apply_rope(x.long(), torch.arange(4), freqs)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="positions must be a torch.Tensor"):
         rope.apply_rope(x, [0, 1, 2, 3], freqs)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="freqs must be a torch.Tensor"):
         rope.apply_rope(x, torch.arange(4), freqs.tolist())
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="pairing"):
         rope.apply_rope_complex(x, torch.arange(4), freqs, pairing="odd")
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
         rope.apply_rope_complex(x.numpy(), torch.arange(4), freqs)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="scale"):
         rope.rope_frequencies(8, scale=0.5)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="scale"):
         rope.rope_frequencies(8, scale="2")
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError, match="original_max_len"):
         rope.rope_frequencies(8, scale=2.0, method="yarn")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="method"):
         rope.rope_frequencies(8, scale=2.0, method="dynamic")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="beta_slow < beta_fast"):
         rope.rope_frequencies(8, scale=2.0, method="yarn", original_max_len=64, beta_fast=0.5)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="d must be even"):
         rope.rope_frequencies(9)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="scale"):
         rope.yarn_attention_factor(0.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="even"):
         rope.rotate_half(torch.zeros(3))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="d must be even"):
         rope.interleave_permutation(5)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="position"):
         rope.rope_rotation_matrix("1", freqs)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="freqs must have 1 axes"):
         rope.rope_rotation_matrix(1, torch.zeros(2, 2))
-    with pytest.raises(TypeError):
-        rope.rope_score_kernel([1.0], freqs)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"distances must have shape \(\*\)"):
         rope.rope_score_kernel(torch.zeros(2, 2), freqs)
+    with pytest.raises(ValueError, match="distances must not be empty"):
+        rope.rope_score_kernel(torch.zeros(0), freqs)
     assert math.isfinite(rope.yarn_attention_factor(2.0))

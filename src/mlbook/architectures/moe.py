@@ -1,31 +1,16 @@
-"""Mixture of experts: router, top-k gates, routed and dense MoE layers, balancing (chapter 27).
+"""Mixture of experts (chapter 27): router, top-k gates, routed and dense layers, balancing.
 
-A mixture-of-experts (MoE) layer replaces one feed-forward block by N expert blocks and a
-router that sends every token to k of them. The parameters grow N-fold; the work per token grows
-only k-fold. Everything here acts on a flat batch of tokens (flatten (B, T, d) to (B*T, d)).
+An MoE layer replaces one feed-forward block by N SwiGLU experts and a router that sends every
+token to k of them. Everything acts on a flat batch of tokens ((B, T, d) flattened to (T, d)).
 
 Shape legend
-    T      number of tokens in the (flattened) batch
-    d      model width
-    h      hidden width of one expert (a SwiGLU block, :func:`mlbook.nn.activations.swiglu_ffn`)
-    N      number of experts
-    k      experts per token (top-k)
-    r      router logits, (T, N); p = softmax(r) the router probabilities, (T, N)
-    idx    (T, k) the selected experts of every token, best first
-    gates  (T, k) the weights a_i of the selected experts
-    G      (T, N) the dense gate matrix: gates scattered into zeros
-    W, V   (N, d, h) gate and value projections of the N experts; W2 (N, h, d)
-    f      (N,) fraction of the T*k token-to-expert assignments that each expert received
-    P      (N,) mean router probability of each expert over the batch
-
-Every optimised function sits beside its naive reference: :func:`moe_routed` (gather the
-tokens of each expert, run it once, scatter back with ``index_add_``) beside :func:`moe_dense`
-(run every expert on every token, weight by the dense gate matrix); :func:`capacity_mask`
-(cumulative sums) beside :func:`capacity_mask_naive` (a Python loop); the closed-form gradient
-:func:`load_balancing_loss_grad` beside autograd. The router z-loss is
-:func:`mlbook.nn.softmax.z_loss` and the expert blocks are :func:`mlbook.nn.activations.swiglu_ffn`;
-this module reuses them. Bad input raises ``TypeError`` or ``ValueError`` naming the offending
-shapes or values.
+    T      tokens in the (flattened) batch;  d model width;  h hidden width of one expert
+    N      experts;  k experts per token (top-k)
+    r, p   router logits and probabilities p = softmax(r), (T, N)
+    idx    (T, k) selected experts, best first;  gates (T, k) their weights a_i
+    G      (T, N) dense gate matrix (gates scattered into zeros)
+    W, V   (N, d, h) gate and value projections of the experts;  W2 (N, h, d)
+    f, P   (N,) share of the T*k assignments per expert;  mean router probability per expert
 """
 
 from __future__ import annotations
@@ -39,8 +24,19 @@ import torch
 
 from ..nn.activations import swiglu_ffn
 from ..nn.softmax import softmax, z_loss
-from ..validation import float_tensor as _float_tensor
-from ..validation import positive_int as _positive_int
+from ..validation import (
+    bool_tensor,
+    divides,
+    float_tensor,
+    index_tensor,
+    integer,
+    nonempty,
+    number,
+    positive,
+    positive_int,
+    same_shape,
+    shape_is,
+)
 
 __all__ = [
     "Routing",
@@ -64,39 +60,6 @@ __all__ = [
 ]
 
 
-# --- validation ----------------------------------------------------------------------------------
-
-
-def _check_idx(idx, n_experts: int) -> torch.Tensor:
-    if not isinstance(idx, torch.Tensor):
-        raise TypeError(f"idx must be a torch.Tensor, got {type(idx).__name__}")
-    if idx.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"idx must be an integer tensor (int64), got dtype {idx.dtype}")
-    if idx.ndim != 2:
-        raise ValueError(f"idx must have shape (T, k), got {tuple(idx.shape)}")
-    _positive_int(n_experts, "n_experts")
-    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= n_experts):
-        raise ValueError(
-            f"expert indices must lie in [0, {n_experts}), got range "
-            f"[{int(idx.min())}, {int(idx.max())}]"
-        )
-    return idx
-
-
-def _check_experts(x, W, V, W2) -> tuple[int, int, int]:
-    _float_tensor(x, "x", 2)
-    for name, m in (("W", W), ("V", V), ("W2", W2)):
-        _float_tensor(m, name, 3)
-    n, d, h = W.shape
-    if x.shape[1] != d or V.shape != (n, d, h) or W2.shape != (n, h, d):
-        raise ValueError(
-            f"need x (T, d), W and V (N, d, h), W2 (N, h, d); got x "
-            f"{tuple(x.shape)}, W {tuple(W.shape)}, V {tuple(V.shape)}, "
-            f"W2 {tuple(W2.shape)}"
-        )
-    return n, d, h
-
-
 # --- eq. 27.1 and 27.2: router, top-k, gates -----------------------------------------------------
 
 
@@ -111,36 +74,24 @@ class Routing(NamedTuple):
 def topk_route(
     logits: torch.Tensor, k: int, *, renormalize: bool = True, bias: torch.Tensor | None = None
 ) -> Routing:
-    """p = softmax(r), S = topk(p), a_i = p_i / sum_{j in S} p_j. Implements eqs. 27.1-27.2.
-
-    ``renormalize=True`` is Mixtral's gating (the k gates sum to 1, equal to a softmax over the
-    k selected logits); ``renormalize=False`` keeps the raw probabilities a_i = p_i, Switch
-    Transformer's gating (for k = 1 renormalising would make every gate 1 and cut the router
-    off from the task gradient).
-
-    ``bias`` is DeepSeek-V3's balancing bias (eq. 27.5): it shifts the scores used to *select*
-    the experts, topk(p + b), but the gate values are still computed from p alone.
+    """p = softmax(r), S = topk(p + b), a_i = p_i / sum_{j in S} p_j. Implements eqs. 27.1-27.2.
 
     Args:
-        logits: (T, N) router logits r = x W_r.
+        logits: (T, N) router logits r.
         k: experts per token, 1 <= k <= N.
-        renormalize: renormalise the gates over the selected set (Mixtral) or not (Switch).
-        bias: (N,) selection bias, or None.
+        renormalize: gates sum to 1 over S (Mixtral) or stay a_i = p_i (Switch).
+        bias: (N,) selection-only bias b of eq. 27.5 (DeepSeek-V3), or None.
 
     Returns:
         Routing(probs (T, N), idx (T, k), gates (T, k)).
     """
-    _float_tensor(logits, "logits", 2)
+    float_tensor(logits, "logits", ndim=2)
     n = logits.shape[1]
-    _positive_int(k, "k")
-    if k > n:
-        raise ValueError(f"k={k} exceeds the number of experts N={n}")
+    integer(k, "k", 1, n)
     p = softmax(logits, dim=-1)  # (T, N)
     scores = p
     if bias is not None:
-        _float_tensor(bias, "bias", 1)
-        if bias.shape[0] != n:
-            raise ValueError(f"bias must have shape ({n},), got {tuple(bias.shape)}")
+        shape_is(bias, "bias", (n,))
         scores = p + bias.to(p.dtype)  # selection only
     idx = torch.topk(scores.detach(), k, dim=-1).indices  # (T, k)
     a = p.gather(1, idx)  # (T, k) p_i of the selected experts
@@ -150,19 +101,16 @@ def topk_route(
 
 
 def gate_matrix(idx: torch.Tensor, gates: torch.Tensor, n_experts: int) -> torch.Tensor:
-    """The dense (T, N) gate matrix G: G[t, idx[t, j]] = gates[t, j], zero elsewhere.
+    """The dense gate matrix G: G[t, idx[t, j]] = gates[t, j], zero elsewhere.
 
     Args:
-        idx: (T, k) selected experts (distinct within a row).
-        gates: (T, k) their gates.
-        n_experts: N.
+        idx: (T, k) selected experts (distinct within a row); gates: (T, k); n_experts: N.
+
+    Returns:
+        G: (T, N).
     """
-    _check_idx(idx, n_experts)
-    _float_tensor(gates, "gates", 2)
-    if gates.shape != idx.shape:
-        raise ValueError(
-            f"gates must have idx's shape {tuple(idx.shape)}, got {tuple(gates.shape)}"
-        )
+    index_tensor(idx, "idx", high=n_experts, ndim=2)
+    same_shape(gates, idx, ("gates", "idx"))
     return gates.new_zeros(idx.shape[0], n_experts).scatter(1, idx, gates)
 
 
@@ -177,13 +125,13 @@ def init_experts(
     generator: torch.Generator | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> dict[str, torch.Tensor]:
-    """Random parameters of a router and N SwiGLU experts, N(0, 1/fan_in) entries.
+    """Random router and N SwiGLU experts with N(0, 1/fan_in) entries.
 
     Returns:
         {"W_r": (d, N), "W": (N, d, h), "V": (N, d, h), "W2": (N, h, d)}.
     """
     for name, v in (("n_experts", n_experts), ("d", d), ("h", h)):
-        _positive_int(v, name)
+        positive_int(v, name)
 
     def rnd(*shape, fan_in):
         return torch.randn(*shape, generator=generator, dtype=dtype) / math.sqrt(fan_in)
@@ -199,23 +147,17 @@ def init_experts(
 def moe_dense(
     x: torch.Tensor, G: torch.Tensor, W: torch.Tensor, V: torch.Tensor, W2: torch.Tensor
 ) -> torch.Tensor:
-    """y_t = sum_i G[t, i] E_i(x_t), every expert run on every token (eq. 27.2, naive reference).
-
-    N times the work of the routed layer for k = 1; correct by construction, because the
-    experts outside S have G[t, i] = 0.
+    """y_t = sum_i G[t, i] E_i(x_t), every expert on every token (naive reference). Eq. 27.2.
 
     Args:
-        x: (T, d) tokens.
-        G: (T, N) dense gate matrix (see :func:`gate_matrix`).
-        W, V: (N, d, h); W2: (N, h, d) expert parameters.
+        x: (T, d); G: (T, N) dense gates (:func:`gate_matrix`); W, V: (N, d, h); W2: (N, h, d).
 
     Returns:
-        (T, d).
+        y: (T, d).
     """
-    n, _, _ = _check_experts(x, W, V, W2)
-    _float_tensor(G, "G", 2)
-    if G.shape != (x.shape[0], n):
-        raise ValueError(f"G must have shape (T, N) = ({x.shape[0]}, {n}), got {tuple(G.shape)}")
+    float_tensor(x, "x", ndim=2)
+    n = W.shape[0]
+    shape_is(G, "G", (x.shape[0], n))
     y = torch.zeros_like(x)
     for i in range(n):
         y = y + G[:, i : i + 1] * swiglu_ffn(x, W[i], V[i], W2[i])  # (T, 1) * (T, d)
@@ -231,42 +173,25 @@ def moe_routed(
     W2: torch.Tensor,
     keep: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """y = sum_{i in S} a_i E_i(x), computed expert by expert on its own tokens (eq. 27.2).
-
-    The token-to-expert assignments are flattened to T*k pairs; for every expert the pairs
-    that chose it are gathered, the expert runs once on that (n_i, d) block, and its gated
-    outputs are scattered back into y with ``index_add_``. Work: sum_i n_i = T*k expert
-    evaluations instead of the T*N of :func:`moe_dense`.
+    """y = sum_{i in S} a_i E_i(x), each expert run once on its own tokens. Implements eq. 27.2.
 
     Args:
-        x: (T, d) tokens.
-        idx: (T, k) selected experts; gates: (T, k) their gates.
-        W, V: (N, d, h); W2: (N, h, d) expert parameters.
-        keep: optional (T, k) bool mask from :func:`capacity_mask`; dropped assignments
-            contribute nothing (the token keeps only its residual path).
+        x: (T, d); idx, gates: (T, k); W, V: (N, d, h); W2: (N, h, d).
+        keep: optional (T, k) bool mask (:func:`capacity_mask`); dropped assignments add nothing.
 
     Returns:
-        (T, d).
+        y: (T, d).
     """
-    n, _, _ = _check_experts(x, W, V, W2)
-    _check_idx(idx, n)
-    _float_tensor(gates, "gates", 2)
-    if idx.shape[0] != x.shape[0] or gates.shape != idx.shape:
-        raise ValueError(
-            f"need idx and gates (T, k) with T = {x.shape[0]}; got idx "
-            f"{tuple(idx.shape)}, gates {tuple(gates.shape)}"
-        )
+    float_tensor(x, "x", ndim=2)
+    n = W.shape[0]
+    shape_is(index_tensor(idx, "idx", high=n, ndim=2), "idx", (x.shape[0], None))
+    same_shape(gates, idx, ("gates", "idx"))
     t, k = idx.shape
     expert = idx.reshape(-1)  # (T*k,)
     token = torch.arange(t, device=x.device).repeat_interleave(k)  # (T*k,)
     gate = gates.reshape(-1)  # (T*k,)
     if keep is not None:
-        if not isinstance(keep, torch.Tensor) or keep.dtype != torch.bool:
-            raise TypeError("keep must be a bool tensor")
-        if keep.shape != idx.shape:
-            raise ValueError(
-                f"keep must have idx's shape {tuple(idx.shape)}, got {tuple(keep.shape)}"
-            )
+        same_shape(bool_tensor(keep, "keep"), idx, ("keep", "idx"))
         kept = keep.reshape(-1)
         expert, token, gate = expert[kept], token[kept], gate[kept]
     y = torch.zeros_like(x)
@@ -284,50 +209,35 @@ def moe_routed(
 
 
 def expert_load(idx: torch.Tensor, n_experts: int) -> torch.Tensor:
-    """f_i: the fraction of the T*k token-to-expert assignments that went to expert i.
-
-    For k = 1 this is Switch Transformer's f_i, the fraction of tokens dispatched to expert i.
-    sum_i f_i = 1; uniform routing gives f_i = 1/N. Counts carry no gradient.
+    """f_i: the share of the T*k token-to-expert assignments that went to expert i (no grad).
 
     Returns:
-        (N,) float64.
+        f: (N,) float64, summing to 1.
     """
-    _check_idx(idx, n_experts)
-    if idx.numel() == 0:
-        raise ValueError("idx holds no assignments")
+    nonempty(index_tensor(idx, "idx", high=n_experts, ndim=2), "idx")
     counts = torch.bincount(idx.reshape(-1), minlength=n_experts)  # (N,)
     return counts.double() / idx.numel()
 
 
 def mean_router_prob(probs: torch.Tensor) -> torch.Tensor:
-    """P_i = (1/T) sum_t p_i(x_t): the mean router probability of every expert, (N,)."""
-    _float_tensor(probs, "probs", 2)
-    if probs.shape[0] == 0:
-        raise ValueError("probs holds no tokens")
+    """P_i = (1/T) sum_t p_i(x_t), the mean router probability of every expert: (T, N) -> (N,)."""
+    float_tensor(probs, "probs", ndim=2, not_empty=True)
     return probs.mean(dim=0)
 
 
 def load_balancing_loss(probs: torch.Tensor, idx: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
-    """L_lb = alpha N sum_i f_i P_i, Switch Transformer's auxiliary loss. Implements eq. 27.3.
-
-    f (from the discrete choices) is a constant; the gradient flows through P. Uniform routing
-    (f_i = P_i = 1/N) gives alpha; all tokens on one expert with probability 1 gives alpha N.
+    """L_lb = alpha N sum_i f_i P_i (Switch Transformer). Implements eq. 27.3.
 
     Args:
-        probs: (T, N) router probabilities.
-        idx: (T, k) selected experts.
-        alpha: the coefficient (1e-2 in Switch Transformer); the sheet's form is alpha = 1.
+        probs: (T, N) router probabilities; idx: (T, k) selected experts; alpha >= 0.
 
     Returns:
-        A scalar tensor with probs' dtype.
+        A scalar tensor with probs' dtype; the gradient flows through P only.
     """
-    _float_tensor(probs, "probs", 2)
-    if not (math.isfinite(float(alpha)) and float(alpha) >= 0):
-        raise ValueError(f"alpha must be finite and non-negative, got {alpha!r}")
-    n = probs.shape[1]
-    _check_idx(idx, n)
-    if idx.shape[0] != probs.shape[0]:
-        raise ValueError(f"idx has {idx.shape[0]} tokens, probs has {probs.shape[0]}")
+    float_tensor(probs, "probs", ndim=2)
+    number(alpha, "alpha", 0.0)
+    t, n = probs.shape
+    shape_is(index_tensor(idx, "idx", high=n, ndim=2), "idx", (t, None))
     f = expert_load(idx, n).to(probs.dtype)  # (N,)
     return alpha * n * (f * mean_router_prob(probs)).sum()
 
@@ -335,24 +245,17 @@ def load_balancing_loss(probs: torch.Tensor, idx: torch.Tensor, alpha: float = 1
 def load_balancing_loss_grad(
     logits: torch.Tensor, f: torch.Tensor, alpha: float = 1.0
 ) -> torch.Tensor:
-    """dL_lb/dr for fixed counts f: (alpha N / T) p_tj (f_j - sum_i f_i p_ti) (eq. 27.3).
-
-    From dp_i/dr_j = p_i (delta_ij - p_j): the loss lowers the logit of an expert whose load
-    f_j exceeds the token's p-weighted average load, and raises it otherwise.
+    """dL_lb/dr_tj = (alpha N / T) p_tj (f_j - sum_i f_i p_ti) for fixed loads f. Eq. 27.3.
 
     Args:
-        logits: (T, N) router logits.
-        f: (N,) expert loads, held fixed.
-        alpha: the coefficient.
+        logits: (T, N); f: (N,) expert loads, held fixed; alpha: the coefficient.
 
     Returns:
-        (T, N) the gradient.
+        (T, N).
     """
-    _float_tensor(logits, "logits", 2)
-    _float_tensor(f, "f", 1)
+    float_tensor(logits, "logits", ndim=2)
     t, n = logits.shape
-    if f.shape[0] != n:
-        raise ValueError(f"f must have shape ({n},), got {tuple(f.shape)}")
+    shape_is(f, "f", (n,))
     p = softmax(logits, dim=-1)  # (T, N)
     f = f.to(p.dtype)
     return alpha * n / t * p * (f - (p @ f)[:, None])  # (T, N)
@@ -362,36 +265,24 @@ def load_balancing_loss_grad(
 
 
 def expert_capacity(n_tokens: int, n_experts: int, k: int, capacity_factor: float) -> int:
-    """C = ceil(capacity_factor * k * T / N): the most assignments one expert accepts.
-
-    capacity_factor = 1 is exactly the share of perfectly balanced routing.
-    """
+    """C = ceil(capacity_factor k T / N): the most assignments one expert accepts."""
     for name, v in (("n_tokens", n_tokens), ("n_experts", n_experts), ("k", k)):
-        _positive_int(v, name)
-    cf = float(capacity_factor)
-    if not (math.isfinite(cf) and cf > 0):
-        raise ValueError(f"capacity_factor must be positive and finite, got {capacity_factor!r}")
+        positive_int(v, name)
+    cf = positive(capacity_factor, "capacity_factor")
     return math.ceil(cf * k * n_tokens / n_experts)
 
 
 def capacity_mask(idx: torch.Tensor, n_experts: int, capacity: int) -> torch.Tensor:
-    """Which assignments fit: each expert keeps its first ``capacity`` assignments.
-
-    Priority follows GShard: all first choices (slot 0) in token order, then all second
-    choices, and so on. The position of an assignment in its expert's queue is a cumulative
-    sum of one-hot rows; it is kept when that position is below the capacity.
+    """Which assignments fit: each expert keeps its first C, all first choices before seconds.
 
     Args:
-        idx: (T, k) selected experts.
-        n_experts: N.
-        capacity: C >= 0.
+        idx: (T, k) selected experts; n_experts: N; capacity: C >= 0.
 
     Returns:
-        (T, k) bool, True where the assignment is processed.
+        keep: (T, k) bool, True where the assignment is processed.
     """
-    _check_idx(idx, n_experts)
-    if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0:
-        raise ValueError(f"capacity must be a non-negative int, got {capacity!r}")
+    index_tensor(idx, "idx", high=n_experts, ndim=2)
+    integer(capacity, "capacity", 0)
     t, k = idx.shape
     order = idx.t().reshape(-1)  # (k*T,) slot-major
     onehot = torch.nn.functional.one_hot(order, n_experts)  # (k*T, N)
@@ -401,9 +292,8 @@ def capacity_mask(idx: torch.Tensor, n_experts: int, capacity: int) -> torch.Ten
 
 def capacity_mask_naive(idx: torch.Tensor, n_experts: int, capacity: int) -> torch.Tensor:
     """Reference for :func:`capacity_mask`: walk the assignments in priority order, count."""
-    _check_idx(idx, n_experts)
-    if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0:
-        raise ValueError(f"capacity must be a non-negative int, got {capacity!r}")
+    index_tensor(idx, "idx", high=n_experts, ndim=2)
+    integer(capacity, "capacity", 0)
     t, k = idx.shape
     used = [0] * n_experts
     keep = torch.zeros(t, k, dtype=torch.bool)
@@ -420,26 +310,16 @@ def capacity_mask_naive(idx: torch.Tensor, n_experts: int, capacity: int) -> tor
 
 
 def bias_update(bias: torch.Tensor, f: torch.Tensor, eta: float) -> torch.Tensor:
-    """b_i <- b_i - eta sign(f_i - 1/N): DeepSeek-V3's auxiliary-loss-free balancing. Eq. 27.5.
-
-    An overloaded expert (f_i > 1/N) loses selection score, an underloaded one gains. The bias
-    enters only the top-k selection (see :func:`topk_route`), never the gate values, so it
-    changes which experts run but not how their outputs are weighted.
+    """b_i <- b_i - eta sign(f_i - 1/N), auxiliary-loss-free balancing. Implements eq. 27.5.
 
     Args:
-        bias: (N,) current bias.
-        f: (N,) expert loads of the last batch (summing to 1).
-        eta: step size > 0.
+        bias: (N,); f: (N,) expert loads of the last batch; eta: step size > 0.
 
     Returns:
-        (N,) the new bias (a new tensor).
+        The new bias, (N,).
     """
-    _float_tensor(bias, "bias", 1)
-    _float_tensor(f, "f", 1)
-    if f.shape != bias.shape:
-        raise ValueError(f"f must have bias's shape {tuple(bias.shape)}, got {tuple(f.shape)}")
-    if not (math.isfinite(float(eta)) and float(eta) > 0):
-        raise ValueError(f"eta must be positive and finite, got {eta!r}")
+    same_shape(f, float_tensor(bias, "bias", ndim=1), ("f", "bias"))
+    positive(eta, "eta")
     n = bias.shape[0]
     return bias - eta * torch.sign(f.to(bias.dtype) - 1.0 / n)
 
@@ -466,41 +346,23 @@ class MoEConfig:
     tied_embeddings: bool = False
 
     def __post_init__(self) -> None:
-        for name in (
-            "vocab",
-            "d_model",
-            "n_layers",
-            "n_heads",
-            "n_kv_heads",
-            "head_dim",
-            "d_ff",
-            "n_experts",
-            "top_k",
-        ):
-            _positive_int(getattr(self, name), name)
-        if self.top_k > self.n_experts:
-            raise ValueError(f"top_k={self.top_k} exceeds n_experts={self.n_experts}")
-        if self.n_heads % self.n_kv_heads:
-            raise ValueError(
-                f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}"
-            )
+        for name in ("vocab", "d_model", "n_layers", "n_heads", "head_dim", "d_ff", "n_experts"):
+            positive_int(getattr(self, name), name)
+        integer(self.top_k, "top_k", 1, self.n_experts)
+        divides(positive_int(self.n_kv_heads, "n_kv_heads"), "n_kv_heads", self.n_heads, "n_heads")
 
 
 def count_parameters(cfg: MoEConfig) -> dict[str, int]:
     """Total and active (per token) parameters of an MoE transformer, by component.
 
-    Counted: token embedding (V d) and, unless tied, the output head (V d); per layer the
-    attention projections q (d x H d_h), k and v (d x H_kv d_h each), o (H d_h x d), the router
-    (d x N), N SwiGLU experts (3 d d_ff each), two RMSNorm weight vectors (2 d); the final
-    RMSNorm (d). No biases. Active counts only k of the N experts; everything else runs for
-    every token.
+    Counted: embedding and (unless tied) output head, V d each; per layer the projections q, o
+    (d H d_h each), k, v (d H_kv d_h each), the router (d N), N experts (3 d d_ff each) and two
+    RMSNorms (2 d); the final RMSNorm (d). No biases. Active: k of the N experts.
 
     Returns:
-        dict with keys embedding, lm_head, attention, router, experts, norms, total,
-        experts_active, active.
+        dict: embedding, lm_head, attention, router, experts, norms, total, experts_active,
+        active.
     """
-    if not isinstance(cfg, MoEConfig):
-        raise TypeError(f"cfg must be an MoEConfig, got {type(cfg).__name__}")
     d, L = cfg.d_model, cfg.n_layers
     attn = d * cfg.n_heads * cfg.head_dim * 2 + d * cfg.n_kv_heads * cfg.head_dim * 2
     expert = 3 * d * cfg.d_ff
@@ -530,19 +392,14 @@ def toy_task(
     seed: int = 0,
     dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tokens from ``n_clusters`` Gaussian clusters; the target is a cluster-specific map.
-
-    x = mu_c + spread * eps, y = tanh(x A_c). With one cluster a single expert can fit the
-    whole task, so nothing in the task loss stops a router from sending everything to one
-    expert.
+    """Tokens x = mu_c + spread eps from Gaussian clusters c; targets y = tanh(x A_c).
 
     Returns:
-        x (n_tokens, d), y (n_tokens, d).
+        x: (n_tokens, d), y: (n_tokens, d).
     """
     for name, v in (("n_tokens", n_tokens), ("d", d), ("n_clusters", n_clusters)):
-        _positive_int(v, name)
-    if not (math.isfinite(float(spread)) and float(spread) > 0):
-        raise ValueError(f"spread must be positive and finite, got {spread!r}")
+        positive_int(v, name)
+    positive(spread, "spread")
     g = torch.Generator().manual_seed(seed)
     mu = 2.0 * torch.randn(n_clusters, d, generator=g, dtype=dtype)  # (C, d)
     A = torch.randn(n_clusters, d, d, generator=g, dtype=dtype) / math.sqrt(d)  # (C, d, d)
@@ -567,26 +424,19 @@ def train_toy_moe(
     z_weight: float = 0.0,
     seed: int = 0,
 ) -> dict[str, np.ndarray]:
-    """Train a one-layer MoE regressor on :func:`toy_task` with Adam; record the routing.
+    """Train a one-layer MoE (Switch gating) on :func:`toy_task`: MSE + alpha L_lb + z_weight L_z.
 
-    The model is y_hat = MoE(x) with Switch gating (top-k of the raw probabilities, no
-    renormalising), trained on MSE + alpha L_lb (+ z_weight L_z). Initialisation sets up the
-    collapse: the router weights start at 1/100 of their usual scale with a logit offset
-    ``router_skew`` on expert 0, so every token first picks expert 0; the experts' output
-    projections start at 1/10 scale, so expert 0 becomes useful before the router can move.
-    Without the balancing loss nothing pulls the tokens back to the other experts.
+    The router starts skewed towards expert 0 (logit offset ``router_skew``, weights at 1/100
+    scale) and the experts' output projections at 1/10 scale, which sets up routing collapse.
 
     Returns:
-        dict of NumPy arrays over the ``steps`` steps: "load" (steps, N) the fractions f,
-        "aux" the balancing loss N sum f P (the alpha = 1 form, recorded also when alpha = 0),
-        "task" the MSE, "z" the router z-loss; and "final_load" (N,) on the whole data set.
+        NumPy arrays over the steps: "load" (steps, N), "aux" (N sum f P), "task", "z"; and
+        "final_load" (N,) on the whole data set.
     """
-    if not (math.isfinite(float(alpha)) and float(alpha) >= 0):
-        raise ValueError(f"alpha must be finite and non-negative, got {alpha!r}")
-    for name, v in (("steps", steps), ("batch", batch), ("n_tokens", n_tokens)):
-        _positive_int(v, name)
-    if batch > n_tokens:
-        raise ValueError(f"batch={batch} exceeds n_tokens={n_tokens}")
+    number(alpha, "alpha", 0.0)
+    for name, v in (("steps", steps), ("n_tokens", n_tokens)):
+        positive_int(v, name)
+    integer(batch, "batch", 1, n_tokens)
     x_all, y_all = toy_task(n_tokens, d, seed=seed)
     g = torch.Generator().manual_seed(seed + 1)
     params = init_experts(n_experts, d, h, generator=g)

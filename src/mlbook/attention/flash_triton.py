@@ -1,38 +1,20 @@
 """A FlashAttention forward kernel in Triton, causal or not, fp32 or fp16 (chapter 26).
 
-The kernel is the tiled algorithm of :func:`mlbook.attention.tiled.tiled_attention` written for
-a GPU: one program instance owns BLOCK_M queries, keeps their running state (m, l, acc) in
-registers, and streams K and V through on-chip memory BLOCK_N keys at a time (eqs. 26.1-26.4).
-The (T_q, T_k) score matrix never exists in GPU main memory (HBM); only Q, K, V are read and
-only O (plus one log-sum-exp per query) is written.
+The tiled algorithm of :func:`mlbook.attention.tiled.tiled_attention` for a GPU: one program owns
+BLOCK_M queries and their running state (m, l, acc) and streams K, V through BLOCK_N keys at a
+time (eqs. 26.1-26.4); the (T_q, T_k) score matrix never exists in GPU memory.
 
-Where it runs, and who sets ``TRITON_INTERPRET``
-    Triton decides at the moment a kernel is *defined* (``@triton.jit``) whether it compiles it
-    for a GPU or runs it in its interpreter, from the environment variable ``TRITON_INTERPRET``.
-    This module makes that choice itself, at import, before it imports Triton: when torch sees no
-    CUDA device and the variable is unset, it sets ``TRITON_INTERPRET=1``. So ``import
-    mlbook.attention.flash_triton`` always gives a kernel that can run: natively on CUDA, and under the
-    interpreter (NumPy on the CPU, same code, slow: keep sizes small) elsewhere. The reader
-    never has to remember an environment variable, and a value set explicitly by the user wins.
-    The variable is process-wide, so Triton kernels defined later in the same process on a
-    machine without CUDA are interpreted too, which is the only way they could run there.
-    Triton reads the variable once more, when it is itself imported, to wrap its standard
-    library; if another module imported Triton first (``torch.utils.flop_counter`` does), this
-    module re-wraps that library for the interpreter (:func:`_interpret_triton_stdlib`), so the
-    import order does not matter.
-
-    If Triton is not installed (it ships for Linux x86-64 only), importing still works:
-    ``TRITON_AVAILABLE`` is False, ``TRITON_MESSAGE`` says why, and :func:`flash_attention`
-    raises a RuntimeError naming the fallback, :func:`mlbook.attention.tiled.tiled_attention`.
+Without CUDA, and with ``TRITON_INTERPRET`` unset, this module sets ``TRITON_INTERPRET=1``
+before importing Triton, so the kernel runs in Triton's CPU interpreter (slow: small sizes);
+:func:`_interpret_triton_stdlib` covers a Triton imported earlier. Without Triton, importing
+still works: ``TRITON_AVAILABLE`` is False and :func:`flash_forward` falls back to
+:func:`mlbook.attention.tiled.tiled_attention`.
 
 Shape legend
-    B, H    batch and heads;  T_q, T_k  queries and keys;  d  head width (queries, keys, values)
-    q       (B, H, T_q, d)   k, v  (B, H, T_k, d)   out  (B, H, T_q, d)   lse  (B, H, T_q)
-    BLOCK_M queries per program;  BLOCK_N keys per inner step;  BLOCK_D  d rounded up to a power
-            of two (>= 16); the kernel masks the padding
+    q  (B, H, T_q, d)   k, v  (B, H, T_k, d)   out  (B, H, T_q, d)   lse  (B, H, T_q)
+    BLOCK_M, BLOCK_N  queries per program, keys per step;  BLOCK_D  d rounded up to 2^n >= 16
 
-Causal masks are bottom-right aligned (key j visible to query i iff j <= i + T_k - T_q, needs
-T_q <= T_k), as in :mod:`mlbook.attention.tiled`.
+Causal masks are bottom-right aligned (key j visible to query i iff j <= i + T_k - T_q).
 """
 
 from __future__ import annotations
@@ -41,6 +23,8 @@ import math
 import os
 
 import torch
+
+from ..validation import float_tensor, integer, one_of, positive, positive_int, shape_is
 
 __all__ = [
     "TRITON_AVAILABLE",
@@ -56,6 +40,7 @@ if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
 
 #: True when Triton kernels run through its interpreter (on CPU tensors).
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
+_DTYPES = (torch.float32, torch.float16)  # what the kernel accepts
 
 try:
     import triton
@@ -211,44 +196,24 @@ def _flash_forward_kernel(
 _flash_forward_jit = triton.jit(_flash_forward_kernel) if TRITON_AVAILABLE else None
 
 
-def _check_inputs(q, k, v, causal, scale, block_m, block_n):
+def _inputs(q, k, v, causal, scale, block_m, block_n) -> float:
+    """Check what the kernel reads through raw pointers (a bad shape reads garbage); the scale."""
     for x, name in ((q, "q"), (k, "k"), (v, "v")):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-        if x.dtype not in (torch.float32, torch.float16):
-            raise TypeError(f"{name} must be float32 or float16, got {x.dtype}")
-        if x.ndim != 4:
-            raise ValueError(f"{name} must have shape (B, H, T, d), got {tuple(x.shape)}")
-    if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not q.device == k.device == v.device:
-        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+        one_of(float_tensor(x, name, ndim=4, not_empty=True).dtype, f"{name}.dtype", _DTYPES)
     B, H, T_q, d = q.shape
-    if k.shape[:2] != (B, H) or k.shape != v.shape or k.shape[-1] != d:
-        raise ValueError(
-            f"need q (B, H, T_q, d) and k, v (B, H, T_k, d); got {tuple(q.shape)}, "
-            f"{tuple(k.shape)}, {tuple(v.shape)}"
-        )
-    if min(q.numel(), k.numel()) == 0:
-        raise ValueError(f"empty attention: q {tuple(q.shape)}, k {tuple(k.shape)}")
-    if d > 256:
-        raise ValueError(f"head width d = {d} is too large for this kernel (at most 256)")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    if causal and T_q > k.shape[2]:
-        raise ValueError(f"causal attention needs T_q <= T_k, got T_q = {T_q} > T_k = {k.shape[2]}")
+    shape_is(k, "k", (B, H, None, d))
+    shape_is(v, "v", k.shape)
+    one_of(k.dtype, "k.dtype", (q.dtype,))
+    one_of(v.dtype, "v.dtype", (q.dtype,))
+    one_of(k.device, "k.device", (q.device,))
+    one_of(v.device, "v.device", (q.device,))
+    integer(d, "head width d", high=256)
+    if causal and T_q > k.shape[2]:  # a query without any key: 0/0 = nan
+        raise ValueError(f"causal attention needs T_q <= T_k, got {T_q} > {k.shape[2]}")
     for val, name in ((block_m, "block_m"), (block_n, "block_n")):
-        if isinstance(val, bool) or not isinstance(val, int) or val < 16 or val & (val - 1):
-            raise ValueError(f"{name} must be a power of two >= 16, got {val!r}")
-    if scale is None:
-        return 1.0 / math.sqrt(d)
-    if (
-        isinstance(scale, bool)
-        or not isinstance(scale, (int, float))
-        or not (math.isfinite(scale) and scale > 0)
-    ):
-        raise ValueError(f"scale must be a positive finite float or None, got {scale!r}")
-    return float(scale)
+        if integer(val, name, low=16) & (val - 1):
+            raise ValueError(f"{name} must be a power of two >= 16, got {val}")
+    return 1.0 / math.sqrt(d) if scale is None else positive(scale, "scale")
 
 
 def flash_attention(
@@ -283,7 +248,7 @@ def flash_attention(
     """
     if not TRITON_AVAILABLE:
         raise RuntimeError(TRITON_MESSAGE)
-    c = _check_inputs(q, k, v, causal, scale, block_m, block_n)
+    c = _inputs(q, k, v, causal, scale, block_m, block_n)
     if q.device.type == "cuda" and INTERPRETED:
         raise RuntimeError(
             "TRITON_INTERPRET=1 is set but the tensors are on CUDA: unset it "
@@ -297,9 +262,7 @@ def flash_attention(
     launch = {}
     for val, name in ((num_warps, "num_warps"), (num_stages, "num_stages")):
         if val is not None:
-            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-                raise ValueError(f"{name} must be a positive int or None, got {val!r}")
-            launch[name] = val
+            launch[name] = positive_int(val, name)
     B, H, T_q, d = q.shape
     T_k = k.shape[2]
     # Any strides work (e.g. a (B, T, H, d) buffer viewed as (B, H, T, d)), except that the
@@ -332,7 +295,7 @@ def flash_attention(
         T_k,
         d,
         c * 1.4426950408889634,  # scale * log2(e)
-        CAUSAL=causal,
+        CAUSAL=bool(causal),
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         BLOCK_D=block_d,
@@ -363,7 +326,7 @@ def flash_forward(
         return flash_attention(q, k, v, causal, scale, block_m, block_n)
     from .tiled import tiled_attention
 
-    _check_inputs(q, k, v, causal, scale, block_m, block_n)
+    _inputs(q, k, v, causal, scale, block_m, block_n)
     out = tiled_attention(
         q.float(), k.float(), v.float(), causal, scale, block_q=block_m, block_k=block_n
     )

@@ -1,30 +1,21 @@
 """Online softmax: the softmax statistics computed in one streaming pass (chapter 26).
 
-A softmax over n scores needs two numbers, the maximum ``m`` and the shifted sum ``l`` (eq. 26.1).
-Both can be computed block by block, keeping only a running pair (m, l): when a block arrives
-with its own pair (m_B, l_B), the old sum is rescaled to the new maximum and the two are added
-(eq. 26.2). The same rescaling carries a running, unnormalised attention output ``n`` (eq. 26.3),
-and dividing by ``l`` at the very end gives exact attention (eq. 26.4). Because the merge is
-associative, partial states can be combined in any grouping: sequentially (FlashAttention's
-inner loop), as a tree, or across devices (split-K / "flash decoding").
+A softmax needs the maximum m and the shifted sum l (eq. 26.1); both can be computed block by
+block, merging running pairs (eq. 26.2). The same rescaling carries the unnormalised attention
+output (eq. 26.3), divided by l at the end (eq. 26.4). The merge is associative.
 
 Shape legend
-    (...)  leading axes: independent rows (queries, heads, batch)
-    n      number of scores in a row (keys)
-    B      number of scores in one block
-    d_v    width of a value vector
-    s      (..., n) scores;  v  (n, d_v) or (..., n, d_v) values
-    m, l   (...) running maximum and running sum of exp(s - m)
-    acc    (..., d_v) running numerator sum_j exp(s_j - m) v_j  (called n in eq. 26.3)
+    s      (..., n) scores (-inf = masked);  v  (n, d_v) or (..., n, d_v) values
+    m, l   (...) running maximum and sum of exp(s - m);  acc  (..., d_v) running numerator
 
-A score of ``-inf`` is a masked key: it contributes nothing. A row whose scores are *all* ``-inf``
-has m = -inf and l = 0; every merge below keeps such a row at exactly (m, l, acc) = (-inf, 0, 0)
-instead of producing ``nan`` from ``-inf - (-inf)``.
+An all-masked row stays at (m, l, acc) = (-inf, 0, 0) and finalises to 0, never nan.
 """
 
 from __future__ import annotations
 
 import torch
+
+from ..validation import finite_or_neg_inf, float_tensor, positive_int, same_shape, shape_is
 
 __all__ = [
     "softmax_stats",
@@ -38,35 +29,9 @@ __all__ = [
 ]
 
 
-# --- validation ----------------------------------------------------------------------------------
-
-
-def _check_scores(s, name: str = "s") -> None:
-    if not isinstance(s, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(s).__name__}")
-    if not s.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {s.dtype}")
-    if s.ndim < 1 or s.shape[-1] == 0:
-        raise ValueError(f"{name} must have shape (..., n) with n >= 1, got {tuple(s.shape)}")
-    if torch.isnan(s).any() or (s == float("inf")).any():
-        raise ValueError(f"{name} must not contain nan or +inf (-inf marks a masked entry)")
-
-
-def _check_block_size(block_size) -> int:
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
-    return block_size
-
-
-def _check_pair(m, l, name: str) -> None:
-    for x, what in ((m, "m"), (l, "l")):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{what}_{name} must be a torch.Tensor, got {type(x).__name__}")
-    if m.shape != l.shape:
-        raise ValueError(
-            f"m_{name} and l_{name} must have the same shape, got {tuple(m.shape)} and "
-            f"{tuple(l.shape)}"
-        )
+def _scores(s, name: str = "s") -> torch.Tensor:
+    """Checked scores: -inf marks a masked key; nan or +inf would poison every merge."""
+    return finite_or_neg_inf(float_tensor(s, name, min_ndim=1, not_empty=True), name)
 
 
 def _rescale(m_old: torch.Tensor, m_new: torch.Tensor) -> torch.Tensor:
@@ -78,18 +43,15 @@ def _rescale(m_old: torch.Tensor, m_new: torch.Tensor) -> torch.Tensor:
 
 
 def softmax_stats(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The maximum and the shifted sum of a row of scores: m = max_i s_i, l = sum_i e^(s_i - m).
-
-    softmax(s)_i = e^(s_i - m) / l, and log-sum-exp(s) = m + log l. Implements eq. 26.1.
+    """Row maximum m = max_i s_i and shifted sum l = sum_i e^(s_i - m). Implements eq. 26.1.
 
     Args:
         s: (..., n) scores; -inf marks masked entries.
 
     Returns:
-        m: (...) row maxima (-inf for an all-masked row).
-        l: (...) sums of exp(s - m), in [1, n] (0 for an all-masked row).
+        m, l: (...) each; (-inf, 0) for an all-masked row.
     """
-    _check_scores(s)
+    s = _scores(s)
     m = s.max(dim=-1).values  # (...)
     m_safe = torch.where(m == float("-inf"), torch.zeros_like(m), m)
     l = torch.exp(s - m_safe[..., None]).sum(dim=-1)  # (..., n) -> (...)
@@ -100,46 +62,33 @@ def softmax_stats(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def merge_stats(m_a, l_a, m_b, l_b) -> tuple[torch.Tensor, torch.Tensor]:
-    """Combine the statistics of two disjoint parts of a row into those of their union.
-
-    m = max(m_a, m_b) and l = e^(m_a - m) l_a + e^(m_b - m) l_b. Implements eq. 26.2 (with
-    (m_old, l_old) = (m_a, l_a) and (m_B, l_B) = (m_b, l_b)). The operation is associative and
-    commutative, with identity (-inf, 0).
+    """Statistics of the union of two disjoint parts of a row. Implements eq. 26.2.
 
     Args:
-        m_a, l_a: (...) statistics of the first part.
-        m_b, l_b: (...) statistics of the second part (same shape).
+        m_a, l_a, m_b, l_b: (...) the two parts' statistics, all of one shape.
 
     Returns:
-        (m, l): (...) statistics of both parts together.
+        (m, l): (...) with m = max(m_a, m_b), l = e^(m_a - m) l_a + e^(m_b - m) l_b.
     """
-    _check_pair(m_a, l_a, "a")
-    _check_pair(m_b, l_b, "b")
-    if m_a.shape != m_b.shape:
-        raise ValueError(
-            f"the two states must have one shape, got {tuple(m_a.shape)} and {tuple(m_b.shape)}"
-        )
+    for x, name in ((l_a, "l_a"), (m_b, "m_b"), (l_b, "l_b")):
+        same_shape(m_a, x, ("m_a", name))  # no broadcast may mix rows
     m = torch.maximum(m_a, m_b)
     return m, _rescale(m_a, m) * l_a + _rescale(m_b, m) * l_b
 
 
 def streaming_stats(s: torch.Tensor, block_size: int, history: bool = False):
-    """(m, l) of eq. 26.1 computed block by block with the update of eq. 26.2.
-
-    The row is read once, ``block_size`` scores at a time (the last block may be shorter); only
-    the running pair is kept. Implements eqs. 26.1-26.2.
+    """(m, l) computed block by block. Implements eqs. 26.1-26.2.
 
     Args:
         s: (..., n) scores.
-        block_size: number of scores per block, any positive int (need not divide n).
+        block_size: scores per block (need not divide n).
         history: also return the running pair after every block.
 
     Returns:
-        (m, l): (...) as :func:`softmax_stats`; with ``history=True`` also a list with one
-        (m, l) pair per block.
+        (m, l): (...) each; with ``history=True`` also the list of running pairs.
     """
-    _check_scores(s)
-    _check_block_size(block_size)
+    s = _scores(s)
+    block_size = positive_int(block_size, "block_size")
     m = torch.full(s.shape[:-1], float("-inf"), dtype=s.dtype, device=s.device)
     l = torch.zeros(s.shape[:-1], dtype=s.dtype, device=s.device)
     steps = []
@@ -152,18 +101,13 @@ def streaming_stats(s: torch.Tensor, block_size: int, history: bool = False):
 
 
 def streaming_softmax(s: torch.Tensor, block_size: int) -> torch.Tensor:
-    """softmax(s) along the last axis from the streamed statistics: e^(s_i - m) / l.
-
-    One streaming pass for (m, l) (eqs. 26.1-26.2), one pass to normalise: two reads of s
-    instead of the three of the textbook softmax (max, sum, normalise). An all-masked row gives
-    zeros.
+    """softmax(s) along the last axis, e^(s_i - m) / l, from the streamed statistics.
 
     Args:
-        s: (..., n) scores.
-        block_size: as :func:`streaming_stats`.
+        s: (..., n) scores;  block_size: as :func:`streaming_stats`.
 
     Returns:
-        (..., n) probabilities.
+        (..., n) probabilities; an all-masked row gives zeros.
     """
     m, l = streaming_stats(s, block_size)
     m_safe = torch.where(m == float("-inf"), torch.zeros_like(m), m)
@@ -175,22 +119,16 @@ def streaming_softmax(s: torch.Tensor, block_size: int) -> torch.Tensor:
 
 
 def block_state(s: torch.Tensor, v: torch.Tensor):
-    """The partial state (m, l, acc) of one block of keys: its eq. 26.1 and sum_j e^(s_j - m) v_j.
+    """The partial state (m, l, acc) of one block of keys, acc = sum_j e^(s_j - m) v_j.
 
     Args:
         s: (..., B) scores of the block's keys.
-        v: (..., B, d_v) or (B, d_v) the block's values (broadcast over the leading axes).
+        v: (..., B, d_v) or (B, d_v) the block's values.
 
     Returns:
-        m, l: (...) as :func:`softmax_stats`.
-        acc: (..., d_v) the unnormalised numerator of the block.
+        m, l: (...);  acc: (..., d_v).
     """
-    _check_scores(s)
-    if not isinstance(v, torch.Tensor) or v.ndim < 2 or v.shape[-2] != s.shape[-1]:
-        raise ValueError(
-            f"v must have shape (..., B, d_v) with B = {s.shape[-1]} (from s), got "
-            f"{tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__}"
-        )
+    s = _scores(s)
     m, l = softmax_stats(s)
     m_safe = torch.where(m == float("-inf"), torch.zeros_like(m), m)
     p = torch.exp(s - m_safe[..., None])  # (..., B)
@@ -199,44 +137,31 @@ def block_state(s: torch.Tensor, v: torch.Tensor):
 
 
 def merge_states(state_a, state_b):
-    """Combine two partial attention states (m, l, acc) over disjoint key sets.
-
-    m = max(m_a, m_b);  l as eq. 26.2;  acc = e^(m_a - m) acc_a + e^(m_b - m) acc_b.
-    Implements eqs. 26.2-26.3 (acc is the vector n of eq. 26.3; the block's sum
-    sum_{j in B} e^(s_j - m_B) v_j is the acc_b that :func:`block_state` returns).
+    """Merge two partial attention states (m, l, acc) over disjoint keys. Implements eqs. 26.2-26.3.
 
     Args:
         state_a, state_b: tuples (m (...), l (...), acc (..., d_v)).
 
     Returns:
-        the merged tuple (m, l, acc).
+        the merged (m, l, acc).
     """
-    for st, name in ((state_a, "state_a"), (state_b, "state_b")):
-        if not (isinstance(st, tuple) and len(st) == 3):
-            raise TypeError(f"{name} must be a tuple (m, l, acc), got {type(st).__name__}")
-        if st[2].shape[:-1] != st[0].shape:
-            raise ValueError(
-                f"{name}: acc {tuple(st[2].shape)} must be m's shape "
-                f"{tuple(st[0].shape)} plus a value axis"
-            )
     (m_a, l_a, acc_a), (m_b, l_b, acc_b) = state_a, state_b
+    same_shape(acc_a, acc_b, ("acc_a", "acc_b"))
     m, l = merge_stats(m_a, l_a, m_b, l_b)
     alpha, beta = _rescale(m_a, m), _rescale(m_b, m)
     return m, l, alpha[..., None] * acc_a + beta[..., None] * acc_b
 
 
 def finalize(acc: torch.Tensor, l: torch.Tensor) -> torch.Tensor:
-    """attn = acc / l, the normalised attention output; 0 for an all-masked row. Eq. 26.4.
+    """attn = acc / l, 0 for an all-masked row. Implements eq. 26.4.
 
     Args:
         acc: (..., d_v) numerator;  l: (...) denominator.
+
+    Returns:
+        (..., d_v) attention output.
     """
-    if not isinstance(acc, torch.Tensor) or not isinstance(l, torch.Tensor):
-        raise TypeError("acc and l must be torch tensors")
-    if acc.shape[:-1] != l.shape:
-        raise ValueError(
-            f"acc {tuple(acc.shape)} must be l's shape {tuple(l.shape)} plus a value axis"
-        )
+    same_shape(acc[..., 0], l, ("acc[..., 0]", "l"))  # no broadcast may mix rows
     l_safe = torch.where(l == 0, torch.ones_like(l), l)
     return acc / l_safe[..., None]
 
@@ -244,32 +169,19 @@ def finalize(acc: torch.Tensor, l: torch.Tensor) -> torch.Tensor:
 def streaming_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int, scale: float | None = None
 ) -> torch.Tensor:
-    """Attention of queries over keys streamed in blocks: eqs. 26.1-26.4 in one loop.
-
-    For each block of keys: scores s = scale * q k_B^T, the block's state (:func:`block_state`),
-    merged into the running state (:func:`merge_states`); at the end acc / l (:func:`finalize`).
-    No (T_q, n) score matrix exists at any time, only (T_q, B) blocks.
+    """softmax(scale q k^T) v with keys streamed in blocks. Implements eqs. 26.1-26.4.
 
     Args:
         q: (..., d) one query or (..., T_q, d) several.
         k: (n, d) keys;  v: (n, d_v) values.
-        block_size: keys per block, any positive int.
-        scale: score multiplier, default 1/sqrt(d).
+        block_size: keys per block;  scale: default 1/sqrt(d).
 
     Returns:
-        (..., d_v) or (..., T_q, d_v): softmax(scale q k^T) v.
+        (..., d_v) or (..., T_q, d_v).
     """
-    for x, name in ((q, "q"), (k, "k"), (v, "v")):
-        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point torch.Tensor")
-    if k.ndim != 2 or v.ndim != 2 or k.shape[0] != v.shape[0] or k.shape[0] == 0:
-        raise ValueError(
-            f"k and v must be (n, d) and (n, d_v) with n >= 1, got "
-            f"{tuple(k.shape)} and {tuple(v.shape)}"
-        )
-    if q.ndim < 1 or q.shape[-1] != k.shape[1]:
-        raise ValueError(f"q {tuple(q.shape)} must end in d = {k.shape[1]} (from k)")
-    _check_block_size(block_size)
+    k = float_tensor(k, "k", ndim=2, not_empty=True)
+    v = shape_is(float_tensor(v, "v", ndim=2), "v", (k.shape[0], None))  # one value per key
+    block_size = positive_int(block_size, "block_size")
     c = q.shape[-1] ** -0.5 if scale is None else float(scale)
     batch = q.shape[:-1]
     state = (

@@ -1,17 +1,12 @@
 """Numerical checks: compare an implementation with an independent reference, print one line.
 
-Every check in the book prints exactly one deterministic line,
+Every check prints one deterministic line, ``check <what>: <error> (<tolerance>) ok``, and
+raises :class:`CheckFailed` (an ``AssertionError``) with the numbers when it fails. A check fails
+on NaN or infinity, on an empty input and (``check_close``) on shapes that only broadcast, so
+that no check passes vacuously. Errors are printed as an order of magnitude ("< 1e-15") so that
+the stored outputs reproduce on other machines; checks return ``None``.
 
-    check <what>: <error measure> <= <bound> (tol <tolerance>) ok
-
-and raises :class:`CheckFailed` (an ``AssertionError``) with the offending numbers when it fails.
-The checks return ``None``, so that a cell ending in a check shows only its printed line.
-Errors are printed as an order of magnitude ("< 1e-15"), never as raw floats: the last bits of a
-float64 result change with the CPU and the thread count, and the stored outputs of the notebooks
-must reproduce on a reader's machine. A check whose error is far below its tolerance prints the
-floor ``< tol * 1e-3`` so that tiny machine-dependent differences never show.
-
-Shape legend: any shapes, as long as ``actual`` and ``expected`` broadcast to the same shape.
+Shape legend: ``actual`` and ``expected`` have the same shape, or ``expected`` is one number.
 """
 
 from __future__ import annotations
@@ -20,6 +15,8 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+
+from ..validation import number, positive, positive_int
 
 __all__ = [
     "CheckFailed",
@@ -56,11 +53,8 @@ def fmt(x: float, digits: int = 4) -> str:
 
 
 def magnitude(err: float, tol: float) -> str:
-    """The order of magnitude of ``err`` as printed by the checks: ``< 1e-k`` or ``= 0``.
-
-    Errors below ``tol * 1e-3`` print as ``< tol*1e-3`` so that differences between machines in
-    the last bits never reach the stored outputs.
-    """
+    """The order of magnitude of ``err`` as printed: ``< 1e-k``, ``= 0``, or the floor
+    ``< tol*1e-3`` for errors below it (machine-dependent last bits never show)."""
     if not math.isfinite(err):
         return f"= {err}"
     floor = tol * 1e-3
@@ -75,6 +69,18 @@ def _fail(what: str, detail: str) -> CheckFailed:
     return CheckFailed(f"check {what} FAILED: {detail}")
 
 
+def _values(what: str, x, name: str, *, allow_inf: bool = False) -> np.ndarray:
+    """``x`` as a NumPy array; fails the check if it is empty, holds NaN or (unless allowed) inf."""
+    a = as_numpy(x)
+    if a.size == 0:
+        raise _fail(what, f"{name} is empty (shape {a.shape}): nothing to compare")
+    bad = np.isnan(a) if allow_inf else ~np.isfinite(a)
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise _fail(what, f"{name} is not finite at index {idx}: {a[idx]!r}")
+    return a
+
+
 def check_close(
     what: str,
     actual,
@@ -82,31 +88,28 @@ def check_close(
     *,
     atol: float = 1e-10,
     rtol: float = 0.0,
+    allow_inf: bool = False,
     quiet: bool = False,
 ) -> None:
-    """Assert ``|actual - expected| <= atol + rtol * |expected|`` elementwise; print one line.
+    """Assert ``|actual - expected| <= atol + rtol |expected|`` elementwise; print one line.
 
     Args:
-        what: what is being compared, e.g. ``"softmax Jacobian vs autograd (float64)"``.
-        actual: the book's implementation, any shape.
-        expected: the independent reference, broadcastable to ``actual``.
-        atol, rtol: the tolerance (choose them per dtype and say why in the text).
-        quiet: compute and raise, but do not print (for loops of many checks).
+        what: what is compared, e.g. ``"softmax Jacobian vs autograd (float64)"``.
+        actual: the book's implementation; expected: the independent reference, of the same
+            shape, or one number that every entry must match.
+        atol, rtol: the tolerance (chosen per dtype, explained in the text).
+        allow_inf: infinities are legitimate (overflow, masks) and must match exactly.
+        quiet: check and raise, but do not print (for loops of many checks).
     """
-    if atol < 0 or rtol < 0:
-        raise ValueError(f"tolerances must be non-negative, got atol={atol}, rtol={rtol}")
-    a, e = as_numpy(actual), as_numpy(expected)
-    try:
-        shape = np.broadcast_shapes(a.shape, e.shape)
-    except ValueError:
-        raise ValueError(f"check {what}: shapes {a.shape} and {e.shape} do not broadcast") from None
-    if a.size == 0 and e.size == 0:
-        raise ValueError(f"check {what}: nothing to compare (empty arrays)")
-    a, e = np.broadcast_to(a, shape), np.broadcast_to(e, shape)
-    # Non-finite entries (nan, +-inf) must agree exactly; finite ones are compared numerically.
+    number(atol, "atol", 0.0)
+    number(rtol, "rtol", 0.0)
+    a = _values(what, actual, "actual", allow_inf=allow_inf)
+    e = _values(what, expected, "expected", allow_inf=allow_inf)
+    if a.shape != e.shape and not (a.size == e.size == 1 or e.ndim == 0):
+        raise _fail(what, f"actual has shape {a.shape}, expected {e.shape} (no broadcasting)")
+    e = e.reshape(a.shape) if e.size == a.size else np.broadcast_to(e, a.shape)
     fa, fe = np.isfinite(a), np.isfinite(e)
-    same_nonfinite = (a == e) | (np.isnan(a) & np.isnan(e))
-    mismatch = (fa != fe) | (~fa & ~fe & ~same_nonfinite)
+    mismatch = (fa != fe) | (~fa & (a != e))  # infinities must agree in place and sign
     if mismatch.any():
         idx = tuple(int(i) for i in np.argwhere(mismatch)[0])
         raise _fail(
@@ -114,12 +117,11 @@ def check_close(
         )
     diff = np.where(fa, np.abs(np.where(fa, a, 0) - np.where(fe, e, 0)), 0.0)
     bound = atol + rtol * np.abs(np.where(fe, e, 0))
-    finite = fa
-    bad = finite & (diff > bound)
-    err = float(diff[finite].max()) if finite.any() else 0.0
+    bad = fa & (diff > bound)
+    err = float(diff[fa].max()) if fa.any() else 0.0
     tol = atol if rtol == 0 else max(atol, float(np.max(bound)))
     if bad.any():
-        idx = np.unravel_index(int(np.argmax(np.where(bad, diff - bound, -np.inf))), shape)
+        idx = np.unravel_index(int(np.argmax(np.where(bad, diff - bound, -np.inf))), a.shape)
         raise _fail(
             what,
             f"max abs error {err:.3e} > tolerance (atol={atol:g}, rtol={rtol:g}); "
@@ -130,18 +132,32 @@ def check_close(
         print(f"check {what}: max abs error {magnitude(err, tol)} ({tol_text}) ok")
 
 
-def check_true(what: str, condition: bool, detail: str = "") -> None:
-    """Assert a logical fact (e.g. "all samples are non-negative") and print one line."""
+def check_true(what: str, condition, detail: str = "") -> None:
+    """Assert a logical fact (e.g. "all samples are non-negative") and print one line.
+
+    ``condition``: a bool, or a one-element array or tensor; NaN and empty arrays fail.
+    """
+    if hasattr(condition, "shape"):  # an array or a tensor: exactly one truth value
+        c = as_numpy(condition)
+        if c.size != 1:
+            raise _fail(what, f"condition must be one truth value, got shape {c.shape}")
+        condition = c.item()
+    if isinstance(condition, float) and math.isnan(condition):
+        raise _fail(what, "condition is NaN")
     if not bool(condition):
         raise _fail(what, detail or "condition is false")
     print(f"check {what}: holds" + (f" ({detail})" if detail else "") + " ok")
 
 
 def check_interval(what: str, value: float, low: float, high: float, digits: int = 4) -> None:
-    """Assert ``low <= value <= high`` and print the value with ``digits`` significant digits."""
-    if not low <= high:
+    """Assert ``low <= value <= high`` (bounds may be infinite, the value may not); print it."""
+    positive_int(digits, "digits")
+    if not float(low) <= float(high):  # also false for a NaN bound
         raise ValueError(f"check {what}: empty interval [{low}, {high}]")
-    value = float(value)
+    v = _values(what, value, "value")
+    if v.size != 1:
+        raise _fail(what, f"value must be one number, got shape {v.shape}")
+    value = float(v.item())
     if not low <= value <= high:
         raise _fail(what, f"{value!r} is outside [{low!r}, {high!r}]")
     print(f"check {what}: {fmt(value, digits)} in [{fmt(low, digits)}, {fmt(high, digits)}] ok")
@@ -157,19 +173,19 @@ def check_mc_mean(
 ) -> None:
     """Monte Carlo check: the sample mean lies within ``z`` standard errors of ``expected``.
 
-    With a fixed seed the check is deterministic; ``z = 4`` means a correct estimator fails for
-    fewer than 1 seed in 15,000 (normal approximation to the mean), while a biased one whose bias
-    exceeds 4 standard errors fails.
+    With a fixed seed it is deterministic; ``z = 4`` fails a correct estimator for fewer than
+    1 seed in 15,000 and a biased one whose bias exceeds 4 standard errors.
 
     Args:
-        samples: (N,) independent draws of the estimator.
+        samples: (N,) independent draws of the estimator, N >= 2, all finite.
         expected: the exact value it should average to.
     """
-    x = as_numpy(samples).reshape(-1)
+    positive(z, "z")
+    positive_int(digits, "digits")
+    x = _values(what, samples, "samples").reshape(-1)
+    expected = float(_values(what, expected, "expected").item())
     if x.size < 2:
-        raise ValueError(f"check {what}: need at least 2 samples, got {x.size}")
-    if z <= 0:
-        raise ValueError(f"check {what}: z must be positive, got {z}")
+        raise _fail(what, f"need at least 2 samples for a standard error, got {x.size}")
     mean = float(x.mean())
     se = float(x.std(ddof=1) / math.sqrt(x.size))
     if abs(mean - expected) > z * se:

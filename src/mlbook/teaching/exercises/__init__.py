@@ -20,6 +20,12 @@ specific feedback. Before it gives the generic "off by ..." message, :func:`expe
 compares the answer with the typical wrong answers that the check lists (the transposed matrix,
 the flipped sign, the missing factor), so that a reader hears *which* mistake they made.
 
+Each chapter module also lists the typical wrong answers of its exercises, once:
+``MISTAKES = {"12.1": [(answer, feedback), ...]}``, where ``answer`` is a wrong answer function
+(or a tuple of them, in the order of the check's arguments), often built from the reference
+answers through :func:`reference_answer`, and ``feedback`` is the part of the message that names
+the mistake. The tests run every check on every listed mistake (:func:`mistakes`).
+
 ``check_exercise(..., strict=True)`` raises ``AssertionError`` on anything but a pass; the
 autograder's hidden tests use it (see :mod:`mlbook.teaching.assign`).
 
@@ -29,12 +35,14 @@ differs is reported with both shapes before any value is compared.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import pkgutil
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -57,6 +65,9 @@ __all__ = [
     "expect_tuple",
     "is_close",
     "expect_answer",
+    "mistakes",
+    "reference_answers",
+    "reference_answer",
 ]
 
 _ID_RE = re.compile(r"^([1-9]\d*)\.([1-9]\d*)$")
@@ -158,6 +169,41 @@ def registered(chapter: int | None = None) -> list[Exercise]:
             importlib.import_module(f"{__name__}.{mod.name}")
     found = [e for e in _REGISTRY.values() if chapter is None or e.chapter == chapter]
     return sorted(found, key=lambda e: _parse_id(e.id))
+
+
+def mistakes(eid: str) -> list[tuple[object, str]]:
+    """The typical wrong answers of exercise ``eid``: ``(answer, feedback)`` pairs from the
+    ``MISTAKES`` of its chapter module (see the module docstring)."""
+    ex = _lookup(eid)
+    module = importlib.import_module(_chapter_module(ex.chapter))
+    return list(getattr(module, "MISTAKES", {}).get(eid, []))
+
+
+@functools.cache
+def reference_answers(eid: str) -> dict[str, Callable]:
+    """The reference answer functions of exercise ``eid`` by name, in the order of its check's
+    arguments, run from the chapter notebook of the book's source tree (its setup cell and
+    answer cells): the very code that the book shows."""
+    from ..assign import load_answers
+
+    ex = _lookup(eid)
+    chapters = Path(__file__).resolve().parents[4] / "chapters"
+    found = [p for p in chapters.glob("*.ipynb") if re.match(rf"^0*{ex.chapter}_", p.name)]
+    if len(found) != 1:
+        raise FileNotFoundError(f"chapter {ex.chapter}: expected one notebook in {chapters}")
+    answers = load_answers(found[0], eid)
+    return {name: answers[name] for name in ex.answers}
+
+
+def reference_answer(eid: str, name: str) -> Callable:
+    """The reference answer function ``name`` of exercise ``eid``, loaded when first called
+    (so that a chapter module can list wrong answers built from it without loading anything)."""
+
+    def call(*args, **kwargs):
+        return reference_answers(eid)[name](*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    return call
 
 
 def evaluate(eid: str, *answers) -> Result:

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from . import as_tensor, attempt, exercise, expect, expect_answer
+from . import reference_answer as _ref
 
 F64 = torch.float64
 
@@ -325,3 +326,179 @@ def word_attention(word_mass, top_head) -> str:
         "word-to-word mass matches loops over 3 x 4 heads for words of 1 to 3 pieces, and "
         "top_head finds (layer, head), the first on a tie"
     )
+
+
+# Typical wrong answers (one place: the tests build each and check that it is rejected with
+# its feedback) ---------------------------------------------------------------------
+
+
+def _rowsum(out, grad_out):
+    return _ref("19.1", "rowsum_from_outputs")(out, grad_out)
+
+
+def _score_grad(weights, v, out, grad_out):
+    return _ref("19.1", "score_grad")(weights, v, out, grad_out)
+
+
+def rowsum_over_queries(out, grad_out):
+    return (grad_out * out).sum(-2)
+
+
+def rowsum_keepdim(out, grad_out):
+    return (grad_out * out).sum(-1, keepdim=True)
+
+
+def rowsum_mean(out, grad_out):
+    return (grad_out * out).mean(-1)
+
+
+def score_grad_without_rowsum(weights, v, out, grad_out):
+    return weights * (grad_out @ v.transpose(-2, -1))
+
+
+def score_grad_plus_rowsum(weights, v, out, grad_out):
+    return weights * (grad_out @ v.transpose(-2, -1) + (grad_out * out).sum(-1, keepdim=True))
+
+
+def score_grad_without_weights(weights, v, out, grad_out):
+    return grad_out @ v.transpose(-2, -1) - (grad_out * out).sum(-1, keepdim=True)
+
+
+def unpermute_again(x, perm):
+    return x[..., perm, :]
+
+
+def unpermute_features(x, perm):
+    return x[..., torch.argsort(perm)]
+
+
+def unpermute_nothing(x, perm):
+    return x
+
+
+def mask_fixed(mask, perm):
+    return mask
+
+
+def mask_rows_only(mask, perm):
+    return mask[perm]
+
+
+def mask_columns_only(mask, perm):
+    return mask[:, perm]
+
+
+def variance_scale_not_squared(d_k, scale):
+    return scale * d_k
+
+
+def variance_std(d_k, scale):
+    return scale * math.sqrt(d_k)
+
+
+def variance_without_d_k(d_k, scale):
+    return scale**2
+
+
+def _entropy(scores, dim=-1):
+    return torch.special.entr(torch.softmax(scores, dim=dim)).sum(dim)
+
+
+def entropy_naive(scores):
+    p = torch.softmax(scores, dim=-1)
+    return -(p * torch.log(p)).sum(-1).mean() / math.log(scores.shape[-1])
+
+
+def entropy_not_normalised(scores):
+    return _entropy(scores).mean()
+
+
+def entropy_log_rows(scores):
+    return _entropy(scores).mean() / math.log(scores.shape[0])
+
+
+def entropy_bits(scores):
+    return _entropy(scores).mean() / math.log(2) / math.log(scores.shape[-1])
+
+
+def entropy_over_columns(scores):
+    return _entropy(scores, dim=0).mean() / math.log(scores.shape[0])
+
+
+def mass_summed_queries(maps, query, key):
+    return maps[:, :, query][..., key].sum((-1, -2))
+
+
+def mass_mean_keys(maps, query, key):
+    return maps[:, :, query][..., key].mean(-2).mean(-1)
+
+
+def mass_reversed(maps, query, key):
+    return _ref("19.4", "word_mass")(maps, key, query)
+
+
+def mass_first_pieces(maps, query, key):
+    return maps[:, :, query[0], key[0]]
+
+
+def _top(scores):
+    return _ref("19.4", "top_head")(scores)
+
+
+def top_swapped(scores):
+    layer, head = _top(scores)
+    return head, layer
+
+
+def top_flat(scores):
+    return int(scores.argmax())
+
+
+def top_divmod_layers(scores):
+    return divmod(int(scores.argmax()), scores.shape[0])
+
+
+def top_last_tie(scores):
+    flat = scores.reshape(-1)
+    last = max(i for i in range(flat.numel()) if flat[i] == flat.max())
+    return divmod(last, scores.shape[1])
+
+
+MISTAKES = {
+    "19.1": [
+        ((rowsum_over_queries, _score_grad), "sums over the queries"),
+        ((rowsum_keepdim, _score_grad), "without the trailing axis"),
+        ((rowsum_mean, _score_grad), "mean over the d_v features"),
+        ((_rowsum, score_grad_without_rowsum), "rowsum term is missing"),
+        ((_rowsum, score_grad_plus_rowsum), "added instead of subtracted"),
+        ((_rowsum, score_grad_without_weights), "factor A is missing"),
+    ],
+    "19.2": [
+        ((unpermute_again, mask_rows_only), "applies perm a second time"),
+        ((unpermute_features, mask_rows_only), "permutes the last axis"),
+        ((unpermute_nothing, mask_rows_only), "returns x unchanged"),
+        ((_ref("19.2", "unpermute_rows"), mask_fixed), "must move with the tokens"),
+        ((_ref("19.2", "unpermute_rows"), mask_rows_only), "only the rows"),
+        ((_ref("19.2", "unpermute_rows"), mask_columns_only), "only the columns"),
+    ],
+    "19.3": [
+        ((variance_scale_not_squared, entropy_naive), "must be squared"),
+        ((variance_std, entropy_naive), "standard deviation"),
+        ((variance_without_d_k, entropy_naive), "d_k is missing"),
+        ((_ref("19.3", "score_variance"), entropy_naive), "0 log 0 = 0"),
+        ((_ref("19.3", "score_variance"), entropy_not_normalised), "maximum entropy log"),
+        ((_ref("19.3", "score_variance"), entropy_log_rows), "not of the number of rows"),
+        ((_ref("19.3", "score_variance"), entropy_bits), "in bits"),
+        ((_ref("19.3", "score_variance"), entropy_over_columns), "over the keys"),
+    ],
+    "19.4": [
+        ((mass_summed_queries, _top), "do not sum them"),
+        ((mass_mean_keys, _top), "sum the key word's columns"),
+        ((mass_reversed, _top), "from the key word to the query word"),
+        ((mass_first_pieces, _top), "not only the first"),
+        ((_ref("19.4", "word_mass"), top_swapped), "(layer, head), in that order"),
+        ((_ref("19.4", "word_mass"), top_flat), "flat index"),
+        ((_ref("19.4", "word_mass"), top_divmod_layers), "not by the number of layers"),
+        ((_ref("19.4", "word_mass"), top_last_tie), "first maximum"),
+    ],
+}

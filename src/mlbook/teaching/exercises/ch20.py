@@ -19,6 +19,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from ...attention import head_taxonomy as ht
 from ...attention import multihead as mh
 from . import attempt, exercise, expect_answer
+from . import reference_answer as _ref
 
 F64 = torch.float64
 
@@ -384,3 +385,204 @@ def head_ranks(head_forms, form_ranks) -> str:
         "the forms match the module's split of Q and K for 4 head layouts, and the ranks "
         "match numpy's SVD, with a degenerate head and a low-rank W_Q"
     )
+
+
+# Typical wrong answers (one place: the tests build each and check that it is rejected with
+# its feedback) ---------------------------------------------------------------------
+
+
+def macs_flops(B, T, d, H):
+    return 2 * (4 * B * T * d * d + 2 * B * T * T * d)
+
+
+def macs_head_width(B, T, d, H):
+    return 4 * B * T * d * d + 2 * B * T * T * (d // H)
+
+
+def macs_without_output(B, T, d, H):
+    return 3 * B * T * d * d + 2 * B * T * T * d
+
+
+def macs_one_product(B, T, d, H):
+    return 4 * B * T * d * d + B * T * T * d
+
+
+def exps_one_softmax(B, T, d, H):
+    return B * T * T
+
+
+def exps_per_row(B, T, d, H):
+    return B * H * T
+
+
+def params_self(d, d_kv):
+    return 4 * d * d + 4 * d
+
+
+def params_square(d, d_kv):
+    return 2 * d * d + 2 * d_kv * d_kv + 4 * d
+
+
+def params_without_bias(d, d_kv):
+    return 2 * d * d + 2 * d_kv * d
+
+
+def cross_macs_swapped(B, T_q, T_k, d, d_kv):
+    return 2 * B * T_k * d * d + 2 * B * T_q * d_kv * d + 2 * B * T_q * T_k * d
+
+
+def cross_macs_heads_dkv(B, T_q, T_k, d, d_kv):
+    return 2 * B * T_q * d * d + 2 * B * T_k * d_kv * d + 2 * B * T_q * T_k * d_kv
+
+
+def cross_macs_self(B, T_q, T_k, d, d_kv):
+    return 4 * B * T_q * d * d + 2 * B * T_q * T_q * d
+
+
+def _classes(scores, tau, *, strict=False, nan_wins=False):
+    mass = torch.stack([scores[n] for n in ht.MASS_SCORES])  # (4, L, H)
+    if not nan_wins:
+        mass = mass.nan_to_num(-1.0)
+    best, which = torch.max(mass, 0)  # nan propagates
+    names = [[ht.MASS_SCORES[int(i)] for i in row] for row in which]
+    out = []
+    for layer, row in enumerate(names):
+        for h, name in enumerate(row):
+            m = float(best[layer, h])
+            hit = m > tau if strict else m >= tau  # False for nan
+            broad = float(scores["entropy"][layer, h]) >= 0.75
+            out.append(name if hit else "broad" if broad else "mixed")
+    return out
+
+
+def counts_strict(scores, tau_mass):
+    cl = _classes(scores, tau_mass, strict=True)
+    return torch.tensor([cl.count(c) for c in ht.CLASSES])
+
+
+def counts_nan_wins(scores, tau_mass):
+    cl = _classes(scores, tau_mass, nan_wins=True)
+    return torch.tensor([cl.count(c) for c in ht.CLASSES])
+
+
+def counts_default_tau(scores, tau_mass):
+    return _ref("20.3", "class_counts")(scores, 0.5)
+
+
+def counts_sorted(scores, tau_mass):
+    cl = _classes(scores, tau_mass)
+    return torch.tensor([cl.count(c) for c in sorted(ht.CLASSES)])
+
+
+def _mass(scores):
+    return torch.stack([scores[n] for n in ht.MASS_SCORES]).nan_to_num(-1.0).amax(0)
+
+
+def sensitive_closed(scores, tau_lo, tau_hi):
+    m = _mass(scores)
+    return (tau_lo <= m) & (m <= tau_hi)
+
+
+def sensitive_open(scores, tau_lo, tau_hi):
+    m = _mass(scores)
+    return (tau_lo < m) & (m < tau_hi)
+
+
+def sensitive_inverted(scores, tau_lo, tau_hi):
+    return ~_ref("20.3", "threshold_sensitive")(scores, tau_lo, tau_hi)
+
+
+def sensitive_below(scores, tau_lo, tau_hi):
+    return _mass(scores) < tau_hi
+
+
+def _blocks(W, H):
+    d_h = W.shape[1] // H
+    return [W[:, h * d_h : (h + 1) * d_h] for h in range(H)]
+
+
+def forms_interleaved(W_Q, W_K, num_heads):
+    H = num_heads
+    return torch.stack([W_Q[:, h::H] @ W_K[:, h::H].T for h in range(H)])
+
+
+def forms_transposed(W_Q, W_K, num_heads):
+    return torch.stack(
+        [k @ q.T for q, k in zip(_blocks(W_Q, num_heads), _blocks(W_K, num_heads), strict=True)]
+    )
+
+
+def forms_scaled(W_Q, W_K, num_heads):
+    d_h = W_Q.shape[1] // num_heads
+    return _ref("20.4", "head_forms")(W_Q, W_K, num_heads) / math.sqrt(d_h)
+
+
+def forms_sum(W_Q, W_K, num_heads):
+    return W_Q @ W_K.T
+
+
+def ranks_bounds(forms):
+    H, d, _ = forms.shape
+    return torch.tensor([d // H] * H + [d])
+
+
+def ranks_sum_of_ranks(forms):
+    ranks = torch.linalg.matrix_rank(forms)
+    return torch.cat([ranks, ranks.sum()[None]])
+
+
+def ranks_without_sum(forms):
+    return torch.linalg.matrix_rank(forms)
+
+
+def ranks_sum_first(forms):
+    ranks = torch.linalg.matrix_rank(forms)
+    return torch.cat([torch.linalg.matrix_rank(forms.sum(0))[None], ranks])
+
+
+_MACS, _EXPS = _ref("20.1", "mha_multiply_adds"), _ref("20.1", "softmax_exponentials")
+_PARAMS, _CROSS = (
+    _ref("20.2", "cross_attention_parameters"),
+    _ref("20.2", "cross_attention_multiply_adds"),
+)
+_COUNTS, _SENSITIVE = _ref("20.3", "class_counts"), _ref("20.3", "threshold_sensitive")
+_FORMS, _RANKS = _ref("20.4", "head_forms"), _ref("20.4", "form_ranks")
+
+MISTAKES = {
+    "20.1": [
+        ((macs_flops, _EXPS), "counts floating-point operations"),
+        ((macs_head_width, _EXPS), "not 2BT²d_h"),
+        ((macs_without_output, _EXPS), "output projection W_O is missing"),
+        ((macs_one_product, _EXPS), "two T x T products"),
+        ((_MACS, exps_one_softmax), "its own softmax"),
+        ((_MACS, exps_per_row), "not one per row"),
+    ],
+    "20.2": [
+        ((params_self, _CROSS), "that is the self-attention count"),
+        ((params_square, _CROSS), "not d_kv x d_kv"),
+        ((params_without_bias, _CROSS), "biases b_Q, b_K, b_V, b_O (4d) are missing"),
+        ((_PARAMS, cross_macs_swapped), "T_q and T_k are swapped"),
+        ((_PARAMS, cross_macs_heads_dkv), "the heads work at width d"),
+        ((_PARAMS, cross_macs_self), "that is eq. 20.4 with T = T_q"),
+    ],
+    "20.3": [
+        ((counts_strict, _SENSITIVE), "the rule is m >= tau_mass"),
+        ((counts_nan_wins, _SENSITIVE), "undefined (nan)"),
+        ((counts_default_tau, _SENSITIVE), "not the default threshold 0.5"),
+        ((counts_sorted, _SENSITIVE), "in the order of ht.CLASSES"),
+        ((_COUNTS, sensitive_closed), "the interval is half-open"),
+        ((_COUNTS, sensitive_open), "include tau_lo"),
+        ((_COUNTS, sensitive_inverted), "True marks the heads that move"),
+        ((_COUNTS, sensitive_below), "below tau_lo is broad or mixed"),
+    ],
+    "20.4": [
+        ((forms_interleaved, _RANKS), "not every H-th column"),
+        ((forms_transposed, _RANKS), "that is the transpose"),
+        ((forms_scaled, _RANKS), "leave out the 1/sqrt(d_h) scale"),
+        ((forms_sum, _RANKS), "that is the sum over the heads"),
+        ((_FORMS, ranks_bounds), "only upper bounds"),
+        ((_FORMS, ranks_sum_of_ranks), "at most the sum of the ranks"),
+        ((_FORMS, ranks_without_sum), "append the rank of the sum"),
+        ((_FORMS, ranks_sum_first), "the rank of the sum last"),
+    ],
+}
