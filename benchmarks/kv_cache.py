@@ -6,8 +6,8 @@ Usage (from the repository root, with the package installed, e.g. ``pip install 
     python benchmarks/kv_cache.py             # 1,024 generated tokens (the recomputation is slow)
 
 What it measures
-    A small Llama-style decoder (``mlbook.attention.kv_cache.TinyDecoder``: V = 256, D = 128, L = 2,
-    H = 4 query heads, G = 2 key/value heads, F = 384, float32, random weights) generates
+    The book's decoder in a small Llama form (``mlbook.models.decoder.Decoder``: V = 256, D = 128,
+    L = 2, H = 4 query heads, G = 2 key/value heads, F = 384, float32, random weights) generates
     ``--new`` tokens greedily after a 16-token prompt, once with the KV cache
     (``generate(..., use_cache=True)``) and once recomputing every step over the whole sequence
     (``use_cache=False``). Both must produce the same tokens. Recorded: wall-clock seconds and
@@ -30,16 +30,20 @@ from pathlib import Path
 
 import torch
 
-from mlbook.attention import kv_cache as kc
+from mlbook.models.config import DecoderConfig
+from mlbook.models.counting import generation_flops
+from mlbook.models.decoder import Decoder
+from mlbook.models.generate import generate
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = kc.DecoderConfig(
+CONFIG = DecoderConfig(
     vocab_size=256,
     d_model=128,
     n_layers=2,
     n_heads=4,
     n_kv_heads=2,
     d_ff=384,
+    max_seq_len=16384,
     name="benchmark decoder",
 )
 PROMPT_LEN = 16
@@ -75,7 +79,7 @@ def timed_generate(model, prompt, n_new: int, use_cache: bool, device: str):
     if device == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
-    out = kc.generate(model, prompt, n_new, use_cache=use_cache)
+    out = generate(model, prompt, n_new, use_cache=use_cache)
     if device == "cuda":
         torch.cuda.synchronize()
     return out, time.perf_counter() - t0
@@ -95,20 +99,20 @@ def main(argv=None) -> dict:
     start = time.perf_counter()
 
     torch.manual_seed(0)
-    model = kc.TinyDecoder(CONFIG, torch.Generator().manual_seed(0)).to(device)
+    model = Decoder(CONFIG, generator=torch.Generator().manual_seed(0)).to(device)
     prompt = torch.randint(
         0, CONFIG.vocab_size, (1, PROMPT_LEN), generator=torch.Generator().manual_seed(1)
     ).to(device)
-    kc.generate(model, prompt, 8, use_cache=True)  # warm-up (kernels, allocator)
-    kc.generate(model, prompt, 8, use_cache=False)
+    generate(model, prompt, 8, use_cache=True)  # warm-up (kernels, allocator)
+    generate(model, prompt, 8, use_cache=False)
 
     cached, s_cached = timed_generate(model, prompt, n_new, True, device)
     print(f"cached:     {n_new} tokens in {s_cached:7.2f} s = {n_new / s_cached:8.1f} tokens/s")
     recomputed, s_recomp = timed_generate(model, prompt, n_new, False, device)
     print(f"recomputed: {n_new} tokens in {s_recomp:7.2f} s = {n_new / s_recomp:8.1f} tokens/s")
     same = bool(torch.equal(cached, recomputed))
-    f_cached = kc.generation_flops(CONFIG, PROMPT_LEN, n_new, True)
-    f_recomp = kc.generation_flops(CONFIG, PROMPT_LEN, n_new, False)
+    f_cached = generation_flops(CONFIG, PROMPT_LEN, n_new, True)
+    f_recomp = generation_flops(CONFIG, PROMPT_LEN, n_new, False)
     print(
         f"speedup {s_recomp / s_cached:.1f}x measured, {f_recomp / f_cached:.1f}x in FLOPs; "
         f"same tokens: {same}"

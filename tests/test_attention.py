@@ -242,11 +242,11 @@ def test_attention_grid_draws_and_validates():
     assert [t.get_text() for t in axes[0, 0].get_yticklabels()] == list("abcd")
     assert axes[0, 1].spines["top"].get_visible()  # the highlighted panel is framed
     plt.close(fig)
-    with pytest.raises(ValueError, match=r"\(N, T, T\)"):
+    with pytest.raises(ValueError, match="maps must have shape"):
         viz.attention_grid(maps[0])
     with pytest.raises(ValueError, match="labels"):
         viz.attention_grid(maps, labels=list("abc"))
-    with pytest.raises(ValueError, match="highlight="):
+    with pytest.raises(ValueError, match="highlight"):
         viz.attention_grid(maps, highlight=5)
     with pytest.raises(ValueError, match="highlight_row"):
         viz.attention_grid(maps, highlight_row=4)

@@ -226,7 +226,7 @@ def test_topological_orders_agree_and_iterative_survives_depth():
     depth = 5000  # deeper than the recursion limit
     for _ in range(depth):
         y = (y * 1.0001).tanh() + x * 0.0
-    with pytest.raises(RecursionError):
+    with pytest.raises(RecursionError, match="recursion"):
         ad.topological_order_recursive(y)
     xt = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
     yt = xt
@@ -267,7 +267,7 @@ def test_random_program_is_seeded_and_stays_in_bounds():
 def test_bad_input_raises():
     with pytest.raises(ValueError, match="tangent shape"):
         ad.Dual(np.ones(3), np.ones(2))
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="numeric"):
         ad.Dual("a")
     with pytest.raises(TypeError, match="mix"):
         ad.Dual(1.0, 1.0) + ad.Scalar(1.0)
@@ -277,7 +277,7 @@ def test_bad_input_raises():
         ad.jvp(lambda d: d, np.ones(3), np.ones(2))
     with pytest.raises(TypeError, match="Dual"):
         ad.jvp(lambda d: 1.0, np.ones(3), np.ones(3))
-    with pytest.raises(ValueError, match="vector"):
+    with pytest.raises(ValueError, match="u must have 1 axes"):
         ad.jacobian_forward(lambda d: d, np.ones((2, 2)))
     with pytest.raises(TypeError, match="real"):
         ad.Scalar("x")
@@ -285,7 +285,7 @@ def test_bad_input_raises():
         ad.Scalar(0.0).log()
     with pytest.raises(TypeError, match="exponent"):
         ad.Scalar(2.0) ** ad.Scalar(2.0)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="numeric"):
         ad.Tensor(np.array(["a"]))
     with pytest.raises(ValueError, match="matmul"):
         ad.Tensor(np.ones((2, 3))) @ ad.Tensor(np.ones((2, 3)))
@@ -311,7 +311,7 @@ def test_bad_input_raises():
         ad.unbroadcast(np.ones((2, 3)), (4,))
     with pytest.raises(ValueError, match="unbroadcast"):
         ad.vjp_add(np.ones(3), (2, 3), (3,))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="broadcast"):
         ad.vjp_mul(np.ones(3), np.ones(4), np.ones(4))
     with pytest.raises(ValueError, match="vjp_matmul"):
         ad.vjp_matmul(np.ones((2, 2)), np.ones((2, 3)), np.ones((2, 2)))
@@ -319,7 +319,7 @@ def test_bad_input_raises():
         ad.vjp_matmul(np.ones((2, 3)), np.ones((2, 3)), np.ones((3, 2)))
     with pytest.raises(ValueError, match="unknown unary"):
         ad.vjp_unary("sin", np.ones(2), np.ones(2), np.ones(2))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="broadcast"):
         ad.vjp_sum(np.ones(4), (3, 2), axis=1)
     with pytest.raises(ValueError, match="unknown op"):
         ad.apply_op("sin", 1.0)

@@ -73,7 +73,7 @@ def test_read_chapter_parses_the_header_and_counts(book):
     assert c == cu.ChapterInfo(2, "Two & More", book / "02_two.ipynb", (1,), 45, 2, 1)
     one = cu.read_chapter(book / "01_one.ipynb")
     assert (one.prerequisites, one.minutes, one.exercises, one.equations) == ((), 60, 1, 2)
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign"):
         one.number = 7
 
 
@@ -196,10 +196,8 @@ def test_graph_functions_reject_bad_sets(book):
         cu.dependency_edges(chapters + [chapters[2]])
     with pytest.raises(ValueError, match="lists chapter 9 as a prerequisite"):
         cu.topological_order([dataclasses.replace(chapters[0], prerequisites=(9,))])
-    with pytest.raises(ValueError, match="chapter 7 is not among"):
+    with pytest.raises(ValueError, match=r"n must be one of \(1, 2, 3"):
         cu.prerequisite_closure(chapters, 7)
-    with pytest.raises(TypeError, match="ChapterInfo"):
-        cu.dependency_edges([{"number": 1}])
 
 
 def test_the_books_own_chapters_form_a_forward_graph():

@@ -51,18 +51,18 @@ def test_mask_keep_rate_and_dtype(gen):
 
 def test_bad_input_raises(gen):
     x = torch.ones(3)
-    for bad in (0.0, -0.1, 1.5, math.nan, True):
+    for bad in (0.0, -0.1, 1.5, math.nan):
         with pytest.raises(ValueError, match="p_keep"):
             dr.dropout(x, bad, gen)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="p_keep must be a real number"):
+        dr.dropout(x, True, gen)
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
         dr.dropout([1.0], 0.5, gen)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="floating-point"):
         dr.dropout(torch.ones(3, dtype=torch.int64), 0.5, gen)
     with pytest.raises(TypeError, match="Generator"):
         dr.dropout_mask((3,), 0.5, 0)
-    with pytest.raises(ValueError, match="shape"):
-        dr.dropout_mask((3, -1), 0.5, gen)
     with pytest.raises(ValueError, match="p_keep"):
         dr.dropout_moments(x, 0.0)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
         dr.dropout_moments(1.0, 0.5)

@@ -1,4 +1,4 @@
-"""mlbook.language.embedding against independent references: F.embedding, F.one_hot products, autograd in
+"""mlbook.language.embedding vs independent references: F.embedding, F.one_hot products, autograd in
 float64, gradcheck, and torch's own tied nn.Embedding / nn.Linear."""
 
 import pytest
@@ -97,35 +97,35 @@ def test_tied_embedding_module_shares_one_parameter(gen):
 
 def test_bad_input_raises(gen):
     E = torch.randn(5, 3, generator=gen)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"ids must hold indices in \[0, 5\)"):
         emb.embedding_lookup(E, torch.tensor([5]))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="ids must hold indices"):  # would wrap around
         emb.embedding_lookup(E, torch.tensor([-1]))
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="integer"):
         emb.embedding_lookup(E, torch.tensor([1.0]))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="2 axes"):
         emb.embedding_lookup(E[0], torch.tensor([1]))
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="floating-point"):
         emb.one_hot_lookup(E.long(), torch.tensor([1]))
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="torch.Tensor"):
         emb.one_hot_lookup(E.tolist(), torch.tensor([1]))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="grad_x must have shape"):
         emb.embedding_grad(torch.ones(2, 3), torch.tensor([1, 2, 3]), 5)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="vocab_size"):
         emb.embedding_grad(torch.ones(3, 3), torch.tensor([1, 2, 3]), 0)
-    with pytest.raises(TypeError):
-        emb.embedding_grad(torch.ones(3, 3).long(), torch.tensor([1, 2, 3]), 5)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="ids must hold indices"):
         emb.embedding_grad_naive(torch.ones(3, 3), torch.tensor([1, 2, 9]), 5)
-    with pytest.raises(ValueError):
-        emb.embedding_grad_naive(torch.ones(2, 3), torch.tensor([1, 2, 3]), 5)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="ids must hold indices"):  # would wrap around
+        emb.embedding_grad_naive(torch.ones(3, 3), torch.tensor([1, 2, -1]), 5)
+    with pytest.raises(ValueError, match="grad_x must have shape"):  # reshape would hide it
+        emb.embedding_grad_naive(torch.ones(3, 2), torch.tensor([1, 2]), 5)
+    with pytest.raises(ValueError, match="ids must hold indices"):
         emb.ScatterAddEmbedding.apply(E, torch.tensor([7]))
-    with pytest.raises(ValueError):
-        emb.tied_logits(torch.ones(2, 4), E)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="grad_z must have shape"):
         emb.tied_output_grad(torch.ones(2, 3), torch.ones(3, 5))
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError, match="grad_z must have shape"):  # same N, wrong pairing
+        emb.tied_output_grad(torch.ones(2, 3, 4), torch.ones(3, 2, 5))
+    with pytest.raises(TypeError, match="h must be a torch.Tensor"):
         emb.tied_output_grad([1.0], torch.ones(3, 5))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="vocab_size"):
         emb.TiedEmbedding(0, 3)

@@ -1,4 +1,4 @@
-"""Unit tests of mlbook.foundations.hypothesis against independent references (SciPy, enumeration, simulation).
+"""mlbook.foundations.hypothesis against independent references (SciPy, enumeration, simulation).
 
 All quantities are float64; tolerances are stated per test: 1e-12 for closed forms that differ
 only by rounding, Monte Carlo comparisons at 4 standard errors with fixed seeds.
@@ -194,59 +194,59 @@ def test_bad_input_raises():
     rng = np.random.default_rng(0)
     with pytest.raises(ValueError, match="0/1"):
         ht.proportion([0, 2, 1])
-    with pytest.raises(ValueError, match="at least one item"):
+    with pytest.raises(ValueError, match="empty"):
         ht.proportion(np.zeros((3, 0)))
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="numeric"):
         ht.proportion(np.array(["a", "b"]))
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         ht.standard_error(1.2, 10)
     with pytest.raises(ValueError, match="positive"):
         ht.standard_error(0.5, 0)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="int"):
         ht.standard_error(0.5, 10.0)
     with pytest.raises(ValueError, match="z must be"):
         ht.normal_ci(0.5, 10, z=-1)
-    with pytest.raises(ValueError, match=r"\[0, n=10\]"):
+    with pytest.raises(ValueError, match=r"k must hold indices in \[0, 11\)"):
         ht.wilson_ci(11, 10)
-    with pytest.raises(TypeError, match="integers"):
+    with pytest.raises(TypeError, match="integer tensor"):
         ht.agresti_coull_ci(2.5, 10)
     with pytest.raises(ValueError, match="method"):
         ht.confidence_interval("wald", 3, 10)
-    with pytest.raises(ValueError, match="1-D"):
+    with pytest.raises(ValueError, match="1 axes"):
         ht.binomial_pmf(5, np.full((2, 2), 0.5))
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         ht.coverage_exact("wilson", 10, [0.5, 1.5])
-    with pytest.raises(TypeError, match="Generator"):
-        ht.coverage_hits("wilson", 10, 0.5, 100, rng=0)
+    with pytest.raises(ValueError, match="reps must be a positive int"):
+        ht.coverage_hits("wilson", 10, 0.5, 0, rng)
     with pytest.raises(ValueError, match="NaN"):
         ht.normal_p_value(float("nan"))
-    with pytest.raises(ValueError, match="non-empty 1-D"):
+    with pytest.raises(ValueError, match="1 axes"):
         ht.two_sided_p_value(1.0, np.zeros((2, 2)))
-    with pytest.raises(ValueError, match="finite"):
+    with pytest.raises(ValueError, match="t_obs must be a finite"):
         ht.two_sided_p_value(float("inf"), [1.0])
     with pytest.raises(ValueError, match="undefined"):
         ht.two_proportion_z(0, 10, 0, 12)
-    with pytest.raises(ValueError, match="1-D"):
+    with pytest.raises(ValueError, match="1 axes"):
         ht.mean_difference(np.zeros((2, 2)), [1.0])
     with pytest.raises(ValueError, match="positive"):
         ht.permutation_null([1.0, 2.0], [3.0], 0, rng)
     with pytest.raises(ValueError, match="max_splits"):
         ht.exact_permutation_null(np.zeros(20), np.zeros(20))
-    with pytest.raises(ValueError, match="same length"):
+    with pytest.raises(ValueError, match="same shape"):
         ht.mcnemar_table([1, 0, 1], [1, 0])
     with pytest.raises(ValueError, match="same shape"):
         ht.mcnemar_exact_p(np.array([1, 2]), np.array([1]))
-    with pytest.raises(TypeError, match="integers"):
+    with pytest.raises(TypeError, match="integer tensor"):
         ht.mcnemar_exact_p(1.5, 2)
-    with pytest.raises(ValueError, match="non-negative"):
+    with pytest.raises(ValueError, match="n10 must hold indices"):
         ht.mcnemar_z(-1, 3)
     with pytest.raises(ValueError, match="0/1"):
         ht.paired_permutation_null([1, 0, 3], [1, 0, 1], 10, rng)
-    with pytest.raises(ValueError, match="same length"):
+    with pytest.raises(ValueError, match="same shape"):
         ht.paired_difference_ci([1, 0], [1, 0, 1])
-    with pytest.raises(ValueError, match=r"\(0, 1\)"):
+    with pytest.raises(ValueError, match=r"\(0.0, 1.0\)"):
         ht.sample_size(0.0, 0.01)
-    with pytest.raises(ValueError, match=r"\(0, 1\)"):
+    with pytest.raises(ValueError, match=r"\(0.0, 1.0\)"):
         ht.sample_size(0.5, 0.0)
     with pytest.raises(ValueError, match="h must be"):
         ht.within_margin_probability(100, 0.5, -0.1)
@@ -264,7 +264,7 @@ def test_binary_permutation_p_vs_enumeration_and_hypergeom():
     t_a = a / n1 - (230 - a) / n2
     ref = stats.hypergeom(380, 230, 200).pmf(a)[np.abs(t_a) >= abs(k1 / n1 - k2 / n2) - 1e-12]
     assert abs(ht.binary_permutation_p(k1, n1, k2, n2) - ref.sum()) < 1e-12
-    with pytest.raises(ValueError, match=r"\[0, n=5\]"):
+    with pytest.raises(ValueError, match=r"k1 must hold indices in \[0, 6\)"):
         ht.binary_permutation_p(6, 5, 1, 5)
 
 
@@ -289,7 +289,7 @@ def test_mcnemar_rejection_rate_vs_enumeration_and_simulation():
     assert abs(hits.mean() - exact) < 4 * math.sqrt(exact * (1 - exact) / hits.size)
     assert ht.mcnemar_rejection_rate(n, 0.1, 0.1) <= 0.05
     assert ht.mcnemar_rejection_rate(n, 0.0, 0.0) == 0.0
-    with pytest.raises(ValueError, match="at most 1"):
+    with pytest.raises(ValueError, match=r"pi10 \+ pi01 must be"):
         ht.mcnemar_rejection_rate(10, 0.7, 0.6)
     with pytest.raises(ValueError, match="alpha"):
         ht.mcnemar_rejection_rate(10, 0.1, 0.1, alpha=0.0)

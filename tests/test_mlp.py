@@ -214,66 +214,50 @@ def test_symmetric_units_stay_identical():
 
 def test_bad_input_raises(gen):
     params, X, y = _problem(gen)
-    with pytest.raises(ValueError, match="features"):
-        mlp.forward(params, torch.randn(3, 4, dtype=F64))
     with pytest.raises(TypeError, match="floating"):
         mlp.forward(params, torch.ones(3, 6, dtype=torch.int64))
-    with pytest.raises(TypeError, match="dtype"):
-        mlp.forward(params, X.float())
-    with pytest.raises(ValueError, match="lacks"):
-        mlp.forward({"W1": params["W1"]}, X)
-    with pytest.raises(ValueError, match="inconsistent"):
-        mlp.forward({**params, "b1": torch.zeros(4, dtype=F64)}, X)
-    with pytest.raises(TypeError, match="dict"):
-        mlp.forward([1, 2], X)
+    with pytest.raises(ValueError, match="b1 must have shape"):  # would broadcast silently
+        mlp.forward({**params, "b1": torch.zeros(1, dtype=F64)}, X)
+    with pytest.raises(ValueError, match="X must not be empty"):
+        mlp.forward(params, X[:0])
     logits = mlp.forward(params, X)[0]
-    with pytest.raises(ValueError, match="labels must lie"):
+    with pytest.raises(ValueError, match=r"y must hold indices in \[0, 3\)"):
         mlp.nll_loss(logits, torch.full((9,), 3))
     with pytest.raises(TypeError, match="integer"):
         mlp.nll_loss(logits, y.double())
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(ValueError, match="y must have shape"):
         mlp.output_grad(logits, y[:4])
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(ValueError, match="logits must not be empty"):
         mlp.nll_loss(torch.zeros(0, 3, dtype=F64), torch.zeros(0, dtype=torch.long))
-    with pytest.raises(ValueError, match="do not chain"):
-        mlp.linear_backward(X, params["W1"], torch.zeros(9, 4, dtype=F64))
-    with pytest.raises(ValueError, match="cache"):
-        mlp.backward(params, {}, y, logits)
     with pytest.raises(ValueError, match="eps"):
         mlp.grads_finite_difference(params, X, y, eps=0.0)
-    with pytest.raises(ValueError, match="learning rate"):
+    with pytest.raises(ValueError, match="lr must be"):
         mlp.sgd_step(params, params, lr=-1.0)
-    with pytest.raises(ValueError, match="gradient of W1"):
-        mlp.sgd_step(params, {**params, "W1": torch.zeros(2, 2, dtype=F64)}, lr=0.1)
+    with pytest.raises(ValueError, match=r"grads\['W1'\] and params\['W1'\]"):
+        mlp.sgd_step(params, {**params, "W1": torch.zeros(1, 4, dtype=F64)}, lr=0.1)
     with pytest.raises(ValueError, match="batch_size"):
         mlp.sgd_epoch(params, X, y, lr=0.1, batch_size=0)
     with pytest.raises(ValueError, match="epochs"):
         mlp.train(params, X, y, lr=0.1, epochs=0)
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(ValueError, match="y must have shape"):
         mlp.accuracy(params, X, y[:3])
-    with pytest.raises(ValueError, match="unknown initialisation"):
+    with pytest.raises(ValueError, match="scheme must be one of"):
         mlp.init_std(3, 3, "orthogonal")
     with pytest.raises(ValueError, match="fan_in"):
         mlp.init_std(0, 3, "he")
-    with pytest.raises(ValueError, match="at least"):
+    with pytest.raises(ValueError, match="an input and an output width"):
         mlp.init_layers([5], "he")
-    with pytest.raises(TypeError, match="dtype"):
-        mlp.init_mlp(2, 2, 2, dtype=torch.int32)
-    with pytest.raises(TypeError, match="floating"):
-        mlp.relu(torch.ones(3, dtype=torch.int64))
-    with pytest.raises(ValueError, match="unknown activation"):
+    with pytest.raises(ValueError, match="activation must be one of"):
         mlp.deep_forward(X, [(params["W1"], params["b1"])], "gelu")
-    with pytest.raises(ValueError, match="empty"):
-        mlp.deep_forward(X, [])
-    with pytest.raises(ValueError, match="layer 2"):
-        mlp.deep_forward(X, [(params["W1"], params["b1"]), (params["W1"], params["b1"])])
+    with pytest.raises(ValueError, match="b of layer 1 must have shape"):
+        mlp.deep_forward(X, [(params["W1"], params["b1"][:1])])
     with pytest.raises(ValueError, match="strictly increasing"):
         mlp.relu_interpolant(torch.tensor([0.0, 1.0, 1.0], dtype=F64), torch.zeros(3, dtype=F64))
-    with pytest.raises(ValueError, match="M >= 2"):
-        mlp.relu_interpolant(torch.tensor([0.0], dtype=F64), torch.zeros(1, dtype=F64))
+    with pytest.raises(ValueError, match="same shape"):
+        mlp.relu_interpolant(torch.tensor([0.0, 1.0], dtype=F64), torch.zeros(1, dtype=F64))
     with pytest.raises(ValueError, match="positive int"):
         mlp.tent_layers(0)
-    with pytest.raises(ValueError, match="N >= 3"):
+    with pytest.raises(ValueError, match="at least 3 grid points"):
         mlp.count_linear_pieces(torch.zeros(2, dtype=F64), torch.zeros(2, dtype=F64))
     with pytest.raises(ValueError, match="strictly increasing"):
         mlp.count_linear_pieces(torch.tensor([0.0, 2.0, 1.0]), torch.zeros(3))

@@ -183,69 +183,59 @@ def test_stack_arrangements_and_grad_norms(gen):
 
 def test_bad_input_raises(gen):
     x = torch.randn(3, 4)
-    with pytest.raises(TypeError):
-        nz.layer_norm(x.numpy())
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="floating-point"):
         nz.layer_norm(torch.ones(3, 4, dtype=torch.int64))
-    with pytest.raises(ValueError, match="gamma"):
-        nz.layer_norm(x, torch.ones(5))
+    with pytest.raises(ValueError, match="gamma must have shape"):  # would broadcast silently
+        nz.layer_norm(x, torch.ones(1))
     with pytest.raises(ValueError, match="eps"):
         nz.layer_norm(x, eps=-1.0)
+    with pytest.raises(ValueError, match="x must not be empty"):
+        nz.layer_norm(torch.ones(3, 0))
     with pytest.raises(ValueError, match="constant"):
         nz.standardize(torch.ones(2, 3), eps=0.0)
-    with pytest.raises(ValueError, match="dim"):
-        nz.standardize(x, dim=2)
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(ValueError, match="same shape"):
         nz.standardize_backward(torch.ones(3, 5), x, torch.ones(3, 1))
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(ValueError, match="same shape"):
         nz.layer_norm_backward(torch.ones(3, 5), x)
-    with pytest.raises(ValueError, match="shape"):
-        nz.layer_norm_backward_naive(torch.ones(2, 4), x)
-    with pytest.raises(TypeError):
-        nz.layer_norm_jacobian([1.0, 2.0])
-    with pytest.raises(ValueError, match="zeros"):
+    with pytest.raises(ValueError, match="same shape"):
+        nz.layer_norm_backward_naive(torch.ones(1, 4), x)
+    with pytest.raises(ValueError, match="all-zero"):
         nz.rms_norm(torch.zeros(2, 3), eps=0.0)
-    with pytest.raises(ValueError, match="gamma"):
-        nz.rms_norm(x, torch.ones(3))
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(ValueError, match="gamma must have shape"):
+        nz.rms_norm(x, torch.ones(1))
+    with pytest.raises(ValueError, match="same shape"):
         nz.rms_norm_backward(torch.ones(3, 5), x)
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(ValueError, match="same shape"):
         nz.rms_norm_backward_naive(torch.ones(3, 5), x)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="all-zero"):
         nz.rms_norm_jacobian(torch.zeros(3), eps=0.0)
     rm, rv = torch.zeros(4), torch.ones(4)
     with pytest.raises(ValueError, match="B >= 2"):
         nz.batch_norm_train(torch.ones(1, 4), None, None, rm, rv)
-    with pytest.raises(ValueError, match=r"\(B, D\)"):
+    with pytest.raises(ValueError, match="x must have 2 axes"):
         nz.batch_norm_train(torch.ones(2, 3, 4), None, None, rm, rv)
     with pytest.raises(ValueError, match="momentum"):
         nz.batch_norm_train(x, None, None, rm, rv, momentum=1.5)
     with pytest.raises(ValueError, match="running_mean"):
-        nz.batch_norm_eval(x, None, None, torch.zeros(3), rv)
+        nz.batch_norm_eval(x, None, None, torch.zeros(1), rv)
     with pytest.raises(ValueError, match="non-negative"):
         nz.batch_norm_eval(x, None, None, rm, -rv)
     with pytest.raises(ValueError, match="batch_size"):
         nz.update_running_stats(rm, rv, rm, rv, 1)
-    with pytest.raises(ValueError, match="shape"):
-        nz.update_running_stats(rm, torch.ones(3), rm, rv, 4)
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(ValueError, match="same shape"):
+        nz.update_running_stats(rm, torch.ones(1), rm, rv, 4)
+    with pytest.raises(ValueError, match="same shape"):
         nz.batch_norm_backward(torch.ones(3, 5), x)
     with pytest.raises(ValueError, match="depth"):
         nz.init_blocks(0, 4, 4, gen)
-    with pytest.raises(TypeError, match="Generator"):
-        nz.init_blocks(1, 4, 4, 0)
     W1, W2 = torch.ones(4, 6), torch.ones(6, 4)
-    with pytest.raises(ValueError, match="chain"):
-        nz.mlp_block(x, W2, W1)
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(ValueError, match="W2 must have shape"):  # output width 1 would broadcast
+        nz.mlp_block(x, W1, torch.ones(6, 1))
+    with pytest.raises(ValueError, match="same shape"):
         nz.mlp_block_vjp(torch.ones(3, 5), x, W1, W2)
     with pytest.raises(ValueError, match="arch"):
         nz.stack_forward(x, [(W1, W2)], "sideways")
-    with pytest.raises(ValueError, match="empty"):
-        nz.stack_forward(x, [], "plain")
     with pytest.raises(ValueError, match="branch_scale"):
         nz.stack_forward(x, [(W1, W2)], "residual", branch_scale=math.nan)
-    with pytest.raises(ValueError, match="states"):
-        nz.residual_backward(x, [x], [(W1, W2)])
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(ValueError, match="same shape"):
         nz.stack_grad_norms(x, [(W1, W2)], torch.ones(2, 4))

@@ -1,4 +1,4 @@
-"""mlbook.attention.positional against independent references (torch built-ins, closed forms, loops)."""
+"""mlbook.attention.positional against independent references (built-ins, closed forms)."""
 
 import math
 

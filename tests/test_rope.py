@@ -1,4 +1,4 @@
-"""mlbook.attention.rope against independent references: Hugging Face's Llama RoPE, explicit rotation
+"""mlbook.attention.rope vs independent references: Hugging Face's Llama RoPE, explicit rotation
 matrices, complex numbers, closed forms."""
 
 import math

@@ -115,7 +115,7 @@ def test_lr_lambda_drives_lambdalr():
 
 
 def test_bad_input_raises():
-    with pytest.raises(ValueError, match="step t"):
+    with pytest.raises(ValueError, match=r"t must be in \[0, inf\]"):
         sch.linear_warmup(-1, peak_lr=1.0, warmup_steps=3)
     with pytest.raises(TypeError, match="int"):
         sch.linear_warmup(1.5, peak_lr=1.0, warmup_steps=3)
@@ -127,7 +127,7 @@ def test_bad_input_raises():
         sch.warmup_cosine(0, peak_lr=1.0, warmup_steps=1, total_steps=10, min_lr=2.0)
     with pytest.raises(ValueError, match="peak_lr"):
         sch.warmup_cosine(0, peak_lr=0.0, warmup_steps=1, total_steps=10)
-    with pytest.raises(TypeError, match="peak_lr"):
+    with pytest.raises(ValueError, match="peak_lr must be a finite number"):
         sch.warmup_cosine(0, peak_lr=float("nan"), warmup_steps=1, total_steps=10)
     with pytest.raises(ValueError, match="decay"):
         sch.warmup_stable_decay(
@@ -137,7 +137,5 @@ def test_bad_input_raises():
         sch.warmup_stable_decay(0, peak_lr=1.0, warmup_steps=1, stable_steps=1, decay_steps=0)
     with pytest.raises(TypeError, match="stable_steps"):
         sch.warmup_stable_decay(0, peak_lr=1.0, warmup_steps=1, stable_steps=1.0, decay_steps=1)
-    with pytest.raises(TypeError, match="callable"):
-        sch.lr_lambda(0.1, 0.1)
     with pytest.raises(ValueError, match="base_lr"):
         sch.lr_lambda(lambda t: 0.1, 0.0)

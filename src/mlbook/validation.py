@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -37,6 +38,9 @@ __all__ = [
     "broadcasts_to",
     "positive_entries",
     "finite_or_neg_inf",
+    "float_array",
+    "unit_interval",
+    "binary",
     "even_int",
 ]
 
@@ -240,3 +244,38 @@ def even_int(v, name: str) -> int:
     if integer(v, name, low=2) % 2:
         raise ValueError(f"{name} must be even (pairs of coordinates), got {v}")
     return v
+
+
+def float_array(
+    x, name: str, ndim: int | None = None, *, all_finite: bool = False, not_empty: bool = False
+) -> np.ndarray:
+    """``x`` (a number, list, NumPy array or tensor) as a float64 NumPy array with ``ndim`` axes;
+    optionally also non-empty and free of NaN/inf. The NumPy counterpart of ``float_tensor``."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu().double().numpy()
+    arr = np.asarray(x)
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        raise TypeError(f"{name} must be numeric, got dtype {arr.dtype}")
+    arr = np.array(arr, dtype=np.float64, order="C")
+    if ndim is not None and arr.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} axes, got shape {arr.shape}")
+    if not_empty and arr.size == 0:
+        raise ValueError(f"{name} must not be empty, got shape {arr.shape}")
+    if all_finite and not np.isfinite(arr).all():
+        raise ValueError(f"{name} must be finite, got NaN or infinity")
+    return arr
+
+
+def unit_interval(x, name: str):
+    """Every entry of ``x`` (a number, array or tensor) must lie in [0, 1]; NaN is refused."""
+    inside = (x >= 0) & (x <= 1)
+    if not bool(inside.all() if hasattr(inside, "all") else inside):
+        raise ValueError(f"{name} must lie in [0, 1]")
+    return x
+
+
+def binary(x, name: str):
+    """Every entry of ``x`` (an array or tensor) must be 0 or 1 (0/1 outcomes)."""
+    if not bool(((x == 0) | (x == 1)).all()):
+        raise ValueError(f"{name} must hold 0/1 outcomes only")
+    return x

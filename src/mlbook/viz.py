@@ -16,6 +16,8 @@ import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
 
+from .validation import integer, nonempty, positive_int, shape_is
+
 __all__ = ["PALETTE", "use_book_style", "subplots", "heatmap", "attention_grid", "finish"]
 
 #: Okabe-Ito colours: distinguishable with every common colour-vision deficiency.
@@ -50,8 +52,8 @@ def use_book_style() -> None:
 
 def subplots(nrows: int = 1, ncols: int = 1, *, height: float | None = None, **kwargs):
     """``plt.subplots`` at the page width; ``height`` in inches (default: 3.4 per row)."""
-    if nrows < 1 or ncols < 1:
-        raise ValueError(f"need at least one row and one column, got {nrows}x{ncols}")
+    positive_int(nrows, "nrows")
+    positive_int(ncols, "ncols")
     h = height if height is not None else 3.4 * nrows if nrows > 1 else 3.4
     return plt.subplots(nrows, ncols, figsize=(7.0, h), squeeze=False, **kwargs)
 
@@ -73,28 +75,15 @@ def heatmap(
     cmap: str = "viridis",
     colorbar: bool = True,
 ):
-    """Draw a matrix as a heat map with labelled ticks.
+    """Draw a matrix (R, C) on ``ax`` as a heat map; returns the image artist.
 
-    Args:
-        ax: a matplotlib Axes.
-        matrix: (R, C) values.
-        xlabels, ylabels: C and R tick labels.
-        highlight_row: index of a row to outline (e.g. the query token of an attention map).
-        annotate: write each value in its cell with ``fmt``.
-
-    Returns:
-        The image artist.
+    xlabels, ylabels: C and R tick labels; highlight_row: a row to outline (e.g. the query);
+    annotate: write each value in its cell with ``fmt``.
     """
-    m = np.asarray(matrix, dtype=float)
-    if m.ndim != 2:
-        raise ValueError(f"heatmap needs a 2-D matrix, got shape {m.shape}")
+    m = shape_is(np.asarray(matrix, dtype=float), "matrix", (None, None))
     r, c = m.shape
-    if xlabels is not None and len(xlabels) != c:
-        raise ValueError(f"{len(xlabels)} x labels for {c} columns")
-    if ylabels is not None and len(ylabels) != r:
-        raise ValueError(f"{len(ylabels)} y labels for {r} rows")
-    if highlight_row is not None and not 0 <= highlight_row < r:
-        raise ValueError(f"highlight_row={highlight_row} outside [0, {r})")
+    if highlight_row is not None:
+        integer(highlight_row, "highlight_row", 0, r - 1)
     im = ax.imshow(m, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
     ax.grid(False)
     if xlabels is not None:
@@ -149,35 +138,21 @@ def attention_grid(
     panel_height: float = 1.9,
     colorbar_label: str = "attention weight",
 ):
-    """Draw N square matrices (e.g. the heads of one layer) as small multiples on one scale.
+    """Draw N matrices (e.g. the heads of a layer) as small multiples on one colour scale.
 
-    Args:
-        maps: (N, T, T) values, e.g. ``attn[layer]`` of shape (H, T, T).
-        labels: T tick labels (tokens) for both axes; drawn on the left column and bottom row.
-        titles: N panel titles (default "0", "1", ...).
-        ncols: panels per row.
-        highlight: index of a panel to frame (e.g. the head the text discusses).
-        highlight_row: index of a row to outline in every panel (e.g. the query token).
-        vmin, vmax: the shared colour scale (default: 0 to the largest value).
-        panel_height: inches per row of panels.
-
-    Returns:
-        (fig, axes) with axes of shape (ceil(N / ncols), ncols); unused panels are hidden.
+    maps: (N, T, T); labels: T tokens for both axes; titles: N panel titles (default "0", ...);
+    highlight: a panel to frame; highlight_row: a row to outline in every panel; vmin, vmax:
+    the shared scale (default 0 to the maximum). Returns (fig, axes (ceil(N / ncols), ncols)).
     """
-    m = np.asarray(maps, dtype=float)
-    if m.ndim != 3 or m.shape[0] == 0:
-        raise ValueError(f"attention_grid needs (N, T, T) maps with N >= 1, got shape {m.shape}")
-    n, r, c = m.shape
-    if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
-        raise ValueError(f"ncols must be a positive int, got {ncols!r}")
-    if labels is not None and not len(labels) == r == c:
-        raise ValueError(f"{len(labels)} labels for maps of shape {(r, c)} (need square maps)")
-    if titles is not None and len(titles) != n:
-        raise ValueError(f"{len(titles)} titles for {n} maps")
-    if highlight is not None and not 0 <= highlight < n:
-        raise ValueError(f"highlight={highlight} outside [0, {n})")
-    if highlight_row is not None and not 0 <= highlight_row < r:
-        raise ValueError(f"highlight_row={highlight_row} outside [0, {r})")
+    m = shape_is(np.asarray(maps, dtype=float), "maps", (None, None, None))
+    n, r, c = nonempty(m, "maps").shape
+    positive_int(ncols, "ncols")
+    if titles is not None:
+        shape_is(np.asarray(titles), "titles", (n,))  # a title per map, none left over
+    if highlight is not None:
+        integer(highlight, "highlight", 0, n - 1)
+    if highlight_row is not None:
+        integer(highlight_row, "highlight_row", 0, r - 1)
     ncols = min(ncols, n)
     nrows = -(-n // ncols)
     fig, axes = subplots(nrows, ncols, height=panel_height * nrows + 0.7)

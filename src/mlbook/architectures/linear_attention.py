@@ -1,14 +1,10 @@
 """Kernelised (linear) attention and the delta rule (chapter 28).
 
-With a kernel that factors through a feature map, K(q, k) = phi(q) . phi(k) (eq. 28.1), the sum
-over keys reassociates: the past is a fixed-size state S_t and normaliser c_t, updated once per
-token (eqs. 28.2-28.3); the delta rule (eq. 28.4) writes only the error of the current prediction.
-
 Shape legend
-    T      sequence length;  D query/key width;  F feature width (F = D for elu + 1)
-    Dv     value width;  (...) leading batch axes (batch, heads), kept as they are
-    q, k   (..., T, D);  v (..., T, Dv);  beta (..., T) the delta rule's write strengths
-    S, c   running state sum_j phi(k_j) v_j^T, (..., F, Dv), and normaliser sum_j phi(k_j), (..., F)
+    T sequence length;  D query/key width;  F feature width (F = D for elu + 1);  Dv value width
+    (...)  leading batch axes (batch, heads), kept as they are
+    q, k   (..., T, D);  v (..., T, Dv);  beta (..., T) write strengths of the delta rule
+    S, c   (..., F, Dv) running state sum_j phi(k_j) v_j^T;  (..., F) normaliser sum_j phi(k_j)
 """
 
 from __future__ import annotations
@@ -52,26 +48,15 @@ def elu_plus_one(x: torch.Tensor) -> torch.Tensor:
 def feature_kernel(
     q: torch.Tensor, k: torch.Tensor, feature_map: FeatureMap | None = elu_plus_one
 ) -> torch.Tensor:
-    """All kernel values K(q_i, k_j) = phi(q_i)^T phi(k_j). Implements eq. 28.1.
+    """K(q_i, k_j) = phi(q_i)^T phi(k_j). Implements eq. 28.1.
 
-    Args:
-        q: (..., T, D); k: (..., S, D); feature_map: phi, or None for the identity.
-
-    Returns:
-        (..., T, S).
+    q: (..., T, D); k: (..., S, D); feature_map: phi, or None (identity). Returns (..., T, S).
     """
     return _features(q, feature_map) @ _features(k, feature_map).transpose(-1, -2)
 
 
 def exp_kernel(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """The softmax kernel exp(q_i^T k_j / sqrt(D)), which has no finite feature map.
-
-    Args:
-        q: (..., T, D); k: (..., S, D).
-
-    Returns:
-        (..., T, S).
-    """
+    """The softmax kernel exp(q_i^T k_j / sqrt(D)): (..., T, D), (..., S, D) -> (..., T, S)."""
     return torch.exp(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]))
 
 
@@ -86,14 +71,10 @@ def kernel_attention(
     causal: bool = True,
     normalize: bool = True,
 ) -> torch.Tensor:
-    """y_i = sum_{j<=i} K(q_i, k_j) v_j / sum_{j<=i} K(q_i, k_j), in O(T^2). Eq. 28.3.
+    """y_i = sum_{j<=i} K(q_i, k_j) v_j / sum_{j<=i} K(q_i, k_j), in O(T^2). Implements eq. 28.3.
 
-    Args:
-        q, k: (..., T, D); v: (..., T, Dv); kernel: (q, k) -> (..., T, T) weights.
-        causal: mask out j > i; normalize: divide by the sum of the weights.
-
-    Returns:
-        y: (..., T, Dv).
+    q, k: (..., T, D); v: (..., T, Dv); kernel: (q, k) -> (..., T, T); causal: mask j > i;
+    normalize: divide by the sum of the weights. Returns y: (..., T, Dv).
     """
     float_tensor(q, "q", min_ndim=2, not_empty=True)
     same_shape(k, q, ("k", "q"))
@@ -117,9 +98,8 @@ def linear_attention_quadratic(
     causal: bool = True,
     normalize: bool = True,
 ) -> torch.Tensor:
-    """Linear attention with the (T, T) matrix phi(Q) phi(K)^T materialised: the reference.
-
-    Args and result as :func:`kernel_attention`.
+    """Linear attention with phi(Q) phi(K)^T materialised (the reference); as
+    :func:`kernel_attention`.
     """
     return kernel_attention(
         q, k, v, lambda a, b: feature_kernel(a, b, feature_map), causal=causal, normalize=normalize
@@ -134,16 +114,10 @@ def linear_attention_recurrent(
     normalize: bool = True,
     return_state: bool = False,
 ):
-    """Causal linear attention with a fixed-size state. Implements eqs. 28.2-28.3.
+    """Causal linear attention with a fixed-size state S, c. Implements eqs. 28.2-28.3.
 
-    S_t = S_{t-1} + phi(k_t) v_t^T, c_t = c_{t-1} + phi(k_t), y_t = phi(q_t)^T S_t / phi(q_t)^T c_t.
-
-    Args:
-        q, k: (..., T, D); v: (..., T, Dv); feature_map: phi, or None for the identity.
-        normalize: divide by phi(q_t)^T c_t; return_state: also return the final (S_T, c_T).
-
-    Returns:
-        y: (..., T, Dv), and (S: (..., F, Dv), c: (..., F)) if ``return_state``.
+    q, k: (..., T, D); v: (..., T, Dv); feature_map: phi or None. Returns y: (..., T, Dv), and
+    (S (..., F, Dv), c (..., F)) if ``return_state``.
     """
     float_tensor(q, "q", min_ndim=2, not_empty=True)
     same_shape(k, q, ("k", "q"))
@@ -172,9 +146,9 @@ def linear_attention_chunked(
     chunk: int = 64,
     normalize: bool = True,
 ) -> torch.Tensor:
-    """Causal linear attention by chunks: quadratic inside a chunk, the state S, c across them.
+    """Causal linear attention by chunks: quadratic inside, the state S, c across them.
 
-    Args and result as :func:`linear_attention_recurrent`; chunk >= 1 (the last may be short).
+    As :func:`linear_attention_recurrent`; chunk >= 1 (the last chunk may be short).
     """
     float_tensor(q, "q", min_ndim=2, not_empty=True)
     same_shape(k, q, ("k", "q"))
@@ -209,17 +183,10 @@ def delta_rule_recurrent(
     feature_map: FeatureMap | None = None,
     return_state: bool = False,
 ):
-    """The delta rule: write only the error of the current prediction. Implements eq. 28.4.
+    """S_t = S_{t-1} + beta_t phi(k_t) (v_t - phi(k_t)^T S_{t-1})^T, y_t = phi(q_t)^T S_t. Eq. 28.4.
 
-    S_t = S_{t-1} + beta_t phi(k_t) (v_t - phi(k_t)^T S_{t-1})^T, y_t = phi(q_t)^T S_t.
-
-    Args:
-        q, k: (..., T, D); v: (..., T, Dv); beta: (..., T) write strengths (stable for
-            0 <= beta_t ||phi(k_t)||^2 <= 2); feature_map: phi, or None (identity, the default).
-        return_state: also return the final S_T, (..., F, Dv).
-
-    Returns:
-        y: (..., T, Dv), and S_T if ``return_state``.
+    q, k: (..., T, D); v: (..., T, Dv); beta: (..., T), stable for 0 <= beta_t |phi(k_t)|^2 <= 2.
+    Returns y: (..., T, Dv), and S_T (..., F, Dv) if ``return_state``.
     """
     float_tensor(q, "q", min_ndim=2, not_empty=True)
     same_shape(k, q, ("k", "q"))
@@ -242,8 +209,10 @@ def delta_rule_recurrent(
 
 
 def flops_quadratic(T: int, D: int, Dv: int, matmul_only: bool = False) -> int:
-    """FLOPs (a multiply or an add = 1) of the quadratic form: scores 2 T^2 D, weights times
-    values 2 T^2 Dv and, unless ``matmul_only``, row sums T^2 and divisions T Dv."""
+    """FLOPs (one per multiply or add) of the quadratic form: 2 T^2 (D + Dv) + T^2 + T Dv.
+
+    ``matmul_only`` drops the row sums and divisions.
+    """
     for name, n in (("T", T), ("D", D), ("Dv", Dv)):
         positive_int(n, name)
     mm = 2 * T * T * D + 2 * T * T * Dv
@@ -251,8 +220,7 @@ def flops_quadratic(T: int, D: int, Dv: int, matmul_only: bool = False) -> int:
 
 
 def flops_recurrent(T: int, D: int, Dv: int) -> int:
-    """FLOPs of eqs. 28.2-28.3 per token: S update 2 D Dv, c update D, phi(q)^T S 2 D Dv,
-    phi(q)^T c 2 D, division Dv; in all T (4 D Dv + 3 D + Dv)."""
+    """FLOPs of eqs. 28.2-28.3 (one per multiply or add): T (4 D Dv + 3 D + Dv)."""
     for name, n in (("T", T), ("D", D), ("Dv", Dv)):
         positive_int(n, name)
     return T * (4 * D * Dv + 3 * D + Dv)

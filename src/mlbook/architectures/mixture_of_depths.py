@@ -1,13 +1,11 @@
-"""Mixture of depths (chapter 27): a routed block processes only the top-C tokens of a sequence.
+"""Mixture of depths (chapter 27): a routed block runs only on the top-C tokens of a sequence.
 
-A router scores every token, r_t = x_t . w; the block runs on the C best tokens and the others
-skip it along the residual path: x_t <- x_t + r_t f(X_S)_t for t in S = TopK(r, C), else x_t.
-A block is single-head causal attention plus a ReLU MLP, both added to the residual stream.
+x_t <- x_t + r_t f(X_S)_t for t in S = TopK(r, C), else x_t, with router scores r_t = x_t . w;
+a block is single-head causal attention plus a ReLU MLP.
 
 Shape legend
-    B      batch;  T sequence length;  C capacity, 1 <= C <= T;  d model width;  h MLP width
-    S      length of the sequence a block sees (T for dense blocks, C for routed ones)
-    x      (B, T, d) residual stream;  r (B, T) router scores;  idx (B, C) selected positions
+    B batch;  T sequence length;  C capacity, 1 <= C <= T;  d model width;  h MLP width
+    S tokens a block sees (T dense, C routed);  x (B, T, d);  r (B, T);  idx (B, C)
 """
 
 from __future__ import annotations
@@ -48,24 +46,14 @@ def mod_capacity(seq_len: int, fraction: float) -> int:
 
 
 def mod_select(scores: torch.Tensor, capacity: int) -> torch.Tensor:
-    """S = TopK(r, C) per sequence, in ascending position order (causal order kept).
-
-    Args:
-        scores: (B, T) router scores; capacity: C, 1 <= C <= T.
-
-    Returns:
-        idx: (B, C) int64 positions of the selected tokens.
-    """
+    """S = TopK(r, C) per sequence, in position order: scores (B, T) -> idx (B, C) int64."""
     integer(capacity, "capacity", 1, float_tensor(scores, "scores", ndim=2).shape[1])
     idx = torch.topk(scores.detach(), capacity, dim=1).indices  # (B, C) by score
     return idx.sort(dim=1).values  # (B, C) by position
 
 
 def mod_select_naive(scores: torch.Tensor, capacity: int) -> torch.Tensor:
-    """Reference for :func:`mod_select` as a mask: t is kept iff fewer than C scores beat r_t.
-
-    Assumes distinct scores within a sequence. Returns a (B, T) bool mask.
-    """
+    """Reference for :func:`mod_select` as a (B, T) bool mask: fewer than C scores beat r_t."""
     integer(capacity, "capacity", 1, float_tensor(scores, "scores", ndim=2).shape[1])
     beaten_by = (scores[:, None, :] > scores[:, :, None]).sum(dim=2)  # (B, T): # higher scores
     return beaten_by < capacity
@@ -95,14 +83,7 @@ def init_block(
 
 
 def block_delta(x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
-    """The block's update f(x) = a + m, a = causal attention(x), m = MLP(x + a).
-
-    Args:
-        x: (B, S, d) the tokens the block sees, in causal order; params: :func:`init_block`.
-
-    Returns:
-        (B, S, d), the amount added to the residual stream.
-    """
+    """The block's update f(x) = a + m, a = causal attention(x), m = MLP(x + a): (B, S, d)."""
     float_tensor(x, "x", ndim=3)
     s, d = x.shape[1], x.shape[2]
     q, k, v = x @ params["Wq"], x @ params["Wk"], x @ params["Wv"]  # (B, S, d) each
@@ -124,11 +105,7 @@ def mod_block(
 ) -> torch.Tensor:
     """A routed block: y_t = x_t + r_t f(X_S)_t for t in S = TopK(x w, C), else y_t = x_t.
 
-    Args:
-        x: (B, T, d); params: :func:`init_block`; w_router: (d,); capacity: C, 1 <= C <= T.
-
-    Returns:
-        y: (B, T, d).
+    x: (B, T, d); params: :func:`init_block`; w_router: (d,); capacity: C. Returns y: (B, T, d).
     """
     shape_is(w_router, "w_router", (float_tensor(x, "x", ndim=3).shape[2],))
     b, t, d = x.shape
@@ -160,8 +137,7 @@ def stack_forward(
     routers: Sequence[torch.Tensor | None],
     capacity: int,
 ) -> torch.Tensor:
-    """Run L blocks; block l is routed with capacity C where routers[l] is a (d,) weight, dense
-    where it is None. x: (B, T, d); returns (B, T, d)."""
+    """Run L blocks: routed (capacity C) where routers[l] is a (d,) weight, dense where None."""
     for params, w in zip(blocks, routers, strict=True):
         x = dense_block(x, params) if w is None else mod_block(x, params, w, capacity)
     return x
@@ -171,8 +147,7 @@ def stack_forward(
 
 
 def block_flops(seq_len: int, d: int, h: int, batch: int = 1) -> int:
-    """Matmul FLOPs (2 per multiply-add) of :func:`block_delta` on B sequences of length S:
-    projections 8 S d^2, scores and weighted values 4 S^2 d, MLP 4 S d h."""
+    """Matmul FLOPs of :func:`block_delta` on B sequences of length S: B (8Sd^2 + 4S^2 d + 4Sdh)."""
     for name, v in (("seq_len", seq_len), ("d", d), ("h", h), ("batch", batch)):
         positive_int(v, name)
     s = seq_len
@@ -182,8 +157,7 @@ def block_flops(seq_len: int, d: int, h: int, batch: int = 1) -> int:
 def stack_flops(
     seq_len: int, d: int, h: int, routed: Sequence[bool], capacity: int, batch: int = 1
 ) -> int:
-    """Matmul FLOPs of :func:`stack_forward`: dense blocks see T tokens, routed ones C tokens
-    plus the router's 2 T d."""
+    """Matmul FLOPs of :func:`stack_forward`: routed blocks see C tokens and add 2 T d."""
     integer(capacity, "capacity", 1, seq_len)
     total = 0
     for is_routed in routed:

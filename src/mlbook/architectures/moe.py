@@ -1,15 +1,10 @@
 """Mixture of experts (chapter 27): router, top-k gates, routed and dense layers, balancing.
 
-An MoE layer replaces one feed-forward block by N SwiGLU experts and a router that sends every
-token to k of them. Everything acts on a flat batch of tokens ((B, T, d) flattened to (T, d)).
-
-Shape legend
-    T      tokens in the (flattened) batch;  d model width;  h hidden width of one expert
-    N      experts;  k experts per token (top-k)
-    r, p   router logits and probabilities p = softmax(r), (T, N)
+Shape legend (tokens flattened: (B, T, d) -> (T, d))
+    T tokens;  d model width;  h expert hidden width;  N experts;  k experts per token
+    r, p   (T, N) router logits and probabilities p = softmax(r)
     idx    (T, k) selected experts, best first;  gates (T, k) their weights a_i
-    G      (T, N) dense gate matrix (gates scattered into zeros)
-    W, V   (N, d, h) gate and value projections of the experts;  W2 (N, h, d)
+    G      (T, N) dense gate matrix;  W, V (N, d, h), W2 (N, h, d) the SwiGLU experts
     f, P   (N,) share of the T*k assignments per expert;  mean router probability per expert
 """
 
@@ -76,14 +71,8 @@ def topk_route(
 ) -> Routing:
     """p = softmax(r), S = topk(p + b), a_i = p_i / sum_{j in S} p_j. Implements eqs. 27.1-27.2.
 
-    Args:
-        logits: (T, N) router logits r.
-        k: experts per token, 1 <= k <= N.
-        renormalize: gates sum to 1 over S (Mixtral) or stay a_i = p_i (Switch).
-        bias: (N,) selection-only bias b of eq. 27.5 (DeepSeek-V3), or None.
-
-    Returns:
-        Routing(probs (T, N), idx (T, k), gates (T, k)).
+    logits: (T, N); k: 1 <= k <= N; renormalize: gates sum to 1 (Mixtral) or a_i = p_i (Switch);
+    bias: (N,) selection-only bias of eq. 27.5, or None. Returns Routing(probs, idx, gates).
     """
     float_tensor(logits, "logits", ndim=2)
     n = logits.shape[1]
@@ -101,14 +90,7 @@ def topk_route(
 
 
 def gate_matrix(idx: torch.Tensor, gates: torch.Tensor, n_experts: int) -> torch.Tensor:
-    """The dense gate matrix G: G[t, idx[t, j]] = gates[t, j], zero elsewhere.
-
-    Args:
-        idx: (T, k) selected experts (distinct within a row); gates: (T, k); n_experts: N.
-
-    Returns:
-        G: (T, N).
-    """
+    """The dense gate matrix G[t, idx[t, j]] = gates[t, j], zero elsewhere: (T, k) -> (T, N)."""
     index_tensor(idx, "idx", high=n_experts, ndim=2)
     same_shape(gates, idx, ("gates", "idx"))
     return gates.new_zeros(idx.shape[0], n_experts).scatter(1, idx, gates)
@@ -125,10 +107,9 @@ def init_experts(
     generator: torch.Generator | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> dict[str, torch.Tensor]:
-    """Random router and N SwiGLU experts with N(0, 1/fan_in) entries.
+    """Random router and N SwiGLU experts, N(0, 1/fan_in) entries.
 
-    Returns:
-        {"W_r": (d, N), "W": (N, d, h), "V": (N, d, h), "W2": (N, h, d)}.
+    Returns {"W_r": (d, N), "W": (N, d, h), "V": (N, d, h), "W2": (N, h, d)}.
     """
     for name, v in (("n_experts", n_experts), ("d", d), ("h", h)):
         positive_int(v, name)
@@ -147,13 +128,9 @@ def init_experts(
 def moe_dense(
     x: torch.Tensor, G: torch.Tensor, W: torch.Tensor, V: torch.Tensor, W2: torch.Tensor
 ) -> torch.Tensor:
-    """y_t = sum_i G[t, i] E_i(x_t), every expert on every token (naive reference). Eq. 27.2.
+    """y_t = sum_i G[t, i] E_i(x_t), every expert on every token (reference). Implements eq. 27.2.
 
-    Args:
-        x: (T, d); G: (T, N) dense gates (:func:`gate_matrix`); W, V: (N, d, h); W2: (N, h, d).
-
-    Returns:
-        y: (T, d).
+    x: (T, d); G: (T, N); W, V: (N, d, h); W2: (N, h, d). Returns y: (T, d).
     """
     float_tensor(x, "x", ndim=2)
     n = W.shape[0]
@@ -175,23 +152,21 @@ def moe_routed(
 ) -> torch.Tensor:
     """y = sum_{i in S} a_i E_i(x), each expert run once on its own tokens. Implements eq. 27.2.
 
-    Args:
-        x: (T, d); idx, gates: (T, k); W, V: (N, d, h); W2: (N, h, d).
-        keep: optional (T, k) bool mask (:func:`capacity_mask`); dropped assignments add nothing.
-
-    Returns:
-        y: (T, d).
+    x: (T, d); idx, gates: (T, k); W, V: (N, d, h); W2: (N, h, d); keep: (T, k) bool mask
+    (:func:`capacity_mask`) or None. Returns y: (T, d).
     """
     float_tensor(x, "x", ndim=2)
     n = W.shape[0]
-    shape_is(index_tensor(idx, "idx", high=n, ndim=2), "idx", (x.shape[0], None))
+    index_tensor(idx, "idx", high=n, ndim=2)
+    shape_is(idx, "idx", (x.shape[0], None))
     same_shape(gates, idx, ("gates", "idx"))
     t, k = idx.shape
     expert = idx.reshape(-1)  # (T*k,)
     token = torch.arange(t, device=x.device).repeat_interleave(k)  # (T*k,)
     gate = gates.reshape(-1)  # (T*k,)
     if keep is not None:
-        same_shape(bool_tensor(keep, "keep"), idx, ("keep", "idx"))
+        bool_tensor(keep, "keep")
+        same_shape(keep, idx, ("keep", "idx"))
         kept = keep.reshape(-1)
         expert, token, gate = expert[kept], token[kept], gate[kept]
     y = torch.zeros_like(x)
@@ -209,18 +184,15 @@ def moe_routed(
 
 
 def expert_load(idx: torch.Tensor, n_experts: int) -> torch.Tensor:
-    """f_i: the share of the T*k token-to-expert assignments that went to expert i (no grad).
-
-    Returns:
-        f: (N,) float64, summing to 1.
-    """
-    nonempty(index_tensor(idx, "idx", high=n_experts, ndim=2), "idx")
+    """f_i, the share of the T*k assignments that went to expert i: (T, k) -> (N,) float64."""
+    index_tensor(idx, "idx", high=n_experts, ndim=2)
+    nonempty(idx, "idx")  # 0 / 0 otherwise
     counts = torch.bincount(idx.reshape(-1), minlength=n_experts)  # (N,)
     return counts.double() / idx.numel()
 
 
 def mean_router_prob(probs: torch.Tensor) -> torch.Tensor:
-    """P_i = (1/T) sum_t p_i(x_t), the mean router probability of every expert: (T, N) -> (N,)."""
+    """P_i = (1/T) sum_t p_i(x_t), the mean router probability per expert: (T, N) -> (N,)."""
     float_tensor(probs, "probs", ndim=2, not_empty=True)
     return probs.mean(dim=0)
 
@@ -228,16 +200,13 @@ def mean_router_prob(probs: torch.Tensor) -> torch.Tensor:
 def load_balancing_loss(probs: torch.Tensor, idx: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
     """L_lb = alpha N sum_i f_i P_i (Switch Transformer). Implements eq. 27.3.
 
-    Args:
-        probs: (T, N) router probabilities; idx: (T, k) selected experts; alpha >= 0.
-
-    Returns:
-        A scalar tensor with probs' dtype; the gradient flows through P only.
+    probs: (T, N); idx: (T, k); alpha >= 0. Returns a scalar; the gradient flows through P only.
     """
     float_tensor(probs, "probs", ndim=2)
     number(alpha, "alpha", 0.0)
     t, n = probs.shape
-    shape_is(index_tensor(idx, "idx", high=n, ndim=2), "idx", (t, None))
+    index_tensor(idx, "idx", high=n, ndim=2)
+    shape_is(idx, "idx", (t, None))
     f = expert_load(idx, n).to(probs.dtype)  # (N,)
     return alpha * n * (f * mean_router_prob(probs)).sum()
 
@@ -245,13 +214,9 @@ def load_balancing_loss(probs: torch.Tensor, idx: torch.Tensor, alpha: float = 1
 def load_balancing_loss_grad(
     logits: torch.Tensor, f: torch.Tensor, alpha: float = 1.0
 ) -> torch.Tensor:
-    """dL_lb/dr_tj = (alpha N / T) p_tj (f_j - sum_i f_i p_ti) for fixed loads f. Eq. 27.3.
+    """dL_lb/dr_tj = (alpha N / T) p_tj (f_j - sum_i f_i p_ti) for fixed f. Eq. 27.3.
 
-    Args:
-        logits: (T, N); f: (N,) expert loads, held fixed; alpha: the coefficient.
-
-    Returns:
-        (T, N).
+    logits: (T, N); f: (N,) expert loads. Returns (T, N).
     """
     float_tensor(logits, "logits", ndim=2)
     t, n = logits.shape
@@ -273,13 +238,9 @@ def expert_capacity(n_tokens: int, n_experts: int, k: int, capacity_factor: floa
 
 
 def capacity_mask(idx: torch.Tensor, n_experts: int, capacity: int) -> torch.Tensor:
-    """Which assignments fit: each expert keeps its first C, all first choices before seconds.
+    """Each expert keeps its first C assignments, first choices before second ones.
 
-    Args:
-        idx: (T, k) selected experts; n_experts: N; capacity: C >= 0.
-
-    Returns:
-        keep: (T, k) bool, True where the assignment is processed.
+    idx: (T, k); capacity: C >= 0. Returns keep: (T, k) bool.
     """
     index_tensor(idx, "idx", high=n_experts, ndim=2)
     integer(capacity, "capacity", 0)
@@ -310,15 +271,12 @@ def capacity_mask_naive(idx: torch.Tensor, n_experts: int, capacity: int) -> tor
 
 
 def bias_update(bias: torch.Tensor, f: torch.Tensor, eta: float) -> torch.Tensor:
-    """b_i <- b_i - eta sign(f_i - 1/N), auxiliary-loss-free balancing. Implements eq. 27.5.
+    """b_i <- b_i - eta sign(f_i - 1/N), loss-free balancing. Implements eq. 27.5.
 
-    Args:
-        bias: (N,); f: (N,) expert loads of the last batch; eta: step size > 0.
-
-    Returns:
-        The new bias, (N,).
+    bias, f: (N,); eta > 0. Returns the new bias, (N,).
     """
-    same_shape(f, float_tensor(bias, "bias", ndim=1), ("f", "bias"))
+    float_tensor(bias, "bias", ndim=1)
+    same_shape(f, bias, ("f", "bias"))
     positive(eta, "eta")
     n = bias.shape[0]
     return bias - eta * torch.sign(f.to(bias.dtype) - 1.0 / n)
@@ -329,10 +287,7 @@ def bias_update(bias: torch.Tensor, f: torch.Tensor, eta: float) -> torch.Tensor
 
 @dataclass(frozen=True)
 class MoEConfig:
-    """A decoder-only transformer with grouped-query attention and SwiGLU MoE blocks.
-
-    Defaults: Mixtral 8x7B's published configuration.
-    """
+    """A decoder with grouped-query attention and SwiGLU MoE blocks (default: Mixtral 8x7B)."""
 
     vocab: int = 32000
     d_model: int = 4096
@@ -355,13 +310,8 @@ class MoEConfig:
 def count_parameters(cfg: MoEConfig) -> dict[str, int]:
     """Total and active (per token) parameters of an MoE transformer, by component.
 
-    Counted: embedding and (unless tied) output head, V d each; per layer the projections q, o
-    (d H d_h each), k, v (d H_kv d_h each), the router (d N), N experts (3 d d_ff each) and two
-    RMSNorms (2 d); the final RMSNorm (d). No biases. Active: k of the N experts.
-
-    Returns:
-        dict: embedding, lm_head, attention, router, experts, norms, total, experts_active,
-        active.
+    Embedding and untied head V d each; per layer q, o (d H d_h), k, v (d H_kv d_h), router d N,
+    N experts 3 d d_ff each, two RMSNorms 2 d; final RMSNorm d. Active: k of the N experts.
     """
     d, L = cfg.d_model, cfg.n_layers
     attn = d * cfg.n_heads * cfg.head_dim * 2 + d * cfg.n_kv_heads * cfg.head_dim * 2
@@ -392,11 +342,7 @@ def toy_task(
     seed: int = 0,
     dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tokens x = mu_c + spread eps from Gaussian clusters c; targets y = tanh(x A_c).
-
-    Returns:
-        x: (n_tokens, d), y: (n_tokens, d).
-    """
+    """Tokens x = mu_c + spread eps of Gaussian clusters c, targets y = tanh(x A_c): (n, d) each."""
     for name, v in (("n_tokens", n_tokens), ("d", d), ("n_clusters", n_clusters)):
         positive_int(v, name)
     positive(spread, "spread")
@@ -424,14 +370,10 @@ def train_toy_moe(
     z_weight: float = 0.0,
     seed: int = 0,
 ) -> dict[str, np.ndarray]:
-    """Train a one-layer MoE (Switch gating) on :func:`toy_task`: MSE + alpha L_lb + z_weight L_z.
+    """Train a one-layer Switch-gated MoE on :func:`toy_task`: MSE + alpha L_lb + z_weight L_z.
 
-    The router starts skewed towards expert 0 (logit offset ``router_skew``, weights at 1/100
-    scale) and the experts' output projections at 1/10 scale, which sets up routing collapse.
-
-    Returns:
-        NumPy arrays over the steps: "load" (steps, N), "aux" (N sum f P), "task", "z"; and
-        "final_load" (N,) on the whole data set.
+    The router starts skewed to expert 0, which sets up routing collapse. Returns NumPy arrays:
+    "load" (steps, N), "aux" (N sum f P), "task", "z" per step; "final_load" (N,).
     """
     number(alpha, "alpha", 0.0)
     for name, v in (("steps", steps), ("n_tokens", n_tokens)):

@@ -1,17 +1,12 @@
 """State-space models (chapter 28): discretisation, FFT convolution, scans, selectivity, SSD.
 
-An LTI system h_t = Abar h_{t-1} + Bbar x_t, y_t = C h_t is a causal convolution with the kernel
-K_j = C Abar^j Bbar; a selective one (input-dependent matrices) is an associative scan; written
-out, it is multiplication by a semiseparable matrix M_ij = C_i^T (A_i ... A_{j+1}) B_j (SSD).
-
 Shape legend
-    T      sequence length;  N state size;  D channels of a selective SSM
-    P      channels of an SSD head that share a_t, B_t, C_t
-    (...)  leading axes (batch for LTI inputs; state axes of a scan), kept as they are
-    A      continuous state matrix (N, N); diagonal selective A stored as (D, N)
-    B, C   LTI: (N,) vectors; selective and SSD: (T, N), one per step
-    x      LTI input (..., T); selective input (T, D); SSD input (T,) or (T, P)
-    K      convolution kernel (T,);  a, b scan coefficients (T, ...): h_t = a_t h_{t-1} + b_t
+    T sequence length;  N state size;  D selective channels;  P SSD channels sharing a, B, C
+    (...)  leading axes (batch for LTI inputs, state axes of a scan), kept as they are
+    A      (N, N) continuous state matrix; a diagonal selective A is stored as (D, N)
+    B, C   LTI: (N,);  selective and SSD: (T, N), one per step
+    x      LTI (..., T);  selective (T, D);  SSD (T,) or (T, P)
+    K      (T,) convolution kernel;  a, b (T, ...) scan coefficients, h_t = a_t h_{t-1} + b_t
 """
 
 from __future__ import annotations
@@ -62,15 +57,9 @@ Pair = tuple[torch.Tensor, torch.Tensor]
 
 
 def discretize_zoh(A: torch.Tensor, B: torch.Tensor, delta: float) -> Pair:
-    """Zero-order hold: Abar = exp(delta A), Bbar = (int_0^delta exp(s A) ds) B (eq. 28.5, LTI).
+    """Zero-order hold: Abar = exp(delta A), Bbar = int_0^delta exp(sA) ds B. Eq. 28.5 (LTI).
 
-    Both blocks come from one matrix exponential of delta [[A, B], [0, 0]] (no inverse of A).
-
-    Args:
-        A: (N, N); B: (N,); delta: step > 0.
-
-    Returns:
-        (Abar: (N, N), Bbar: (N,)).
+    A: (N, N); B: (N,); delta > 0. Returns (Abar (N, N), Bbar (N,)), from one matrix exponential.
     """
     n = float_tensor(A, "A", ndim=2).shape[0]
     shape_is(A, "A", (n, n))
@@ -84,15 +73,9 @@ def discretize_zoh(A: torch.Tensor, B: torch.Tensor, delta: float) -> Pair:
 
 
 def discretize_bilinear(A: torch.Tensor, B: torch.Tensor, delta: float) -> Pair:
-    """Bilinear (Tustin) discretisation, as in S4 (eq. 28.5, LTI).
+    """Bilinear (Tustin, S4): Abar = (I - dA/2)^{-1} (I + dA/2), Bbar = (I - dA/2)^{-1} d B.
 
-    Abar = (I - delta/2 A)^{-1} (I + delta/2 A), Bbar = (I - delta/2 A)^{-1} delta B.
-
-    Args:
-        A: (N, N); B: (N,); delta: step > 0.
-
-    Returns:
-        (Abar: (N, N), Bbar: (N,)).
+    A: (N, N); B: (N,); delta = d > 0. Returns (Abar (N, N), Bbar (N,)).
     """
     n = float_tensor(A, "A", ndim=2).shape[0]
     shape_is(A, "A", (n, n))
@@ -118,12 +101,8 @@ def ssm_recurrent(
 ):
     """h_t = Abar h_{t-1} + Bbar x_t, y_t = C h_t, step by step. Implements eq. 28.5 (LTI).
 
-    Args:
-        Abar: (N, N); Bbar, C: (N,); x: (..., T); h0: (..., N) initial state (default 0).
-        return_states: also return the states h_1..h_T.
-
-    Returns:
-        y: (..., T), and h: (..., T, N) if ``return_states``.
+    Abar: (N, N); Bbar, C: (N,); x: (..., T); h0: (..., N) or None (zeros). Returns y: (..., T),
+    and the states (..., T, N) if ``return_states``.
     """
     float_tensor(x, "x", min_ndim=1)
     n = Abar.shape[0]
@@ -139,14 +118,7 @@ def ssm_recurrent(
 
 
 def ssm_kernel(Abar: torch.Tensor, Bbar: torch.Tensor, C: torch.Tensor, T: int) -> torch.Tensor:
-    """The convolution kernel K_j = C Abar^j Bbar, j = 0..T-1, of an LTI SSM.
-
-    Args:
-        Abar: (N, N); Bbar, C: (N,); T >= 1.
-
-    Returns:
-        K: (T,).
-    """
+    """The convolution kernel K_j = C Abar^j Bbar, j < T: Abar (N, N), Bbar, C (N,) -> (T,)."""
     positive_int(T, "T")
     ks, v = [], Bbar
     for _ in range(T):
@@ -156,14 +128,7 @@ def ssm_kernel(Abar: torch.Tensor, Bbar: torch.Tensor, C: torch.Tensor, T: int) 
 
 
 def causal_conv_direct(K: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """y_t = sum_{j=0}^{t} K_j x_{t-j} by the (T, T) Toeplitz matrix: the O(T^2) reference.
-
-    Args:
-        K: (T,); x: (..., T).
-
-    Returns:
-        y: (..., T).
-    """
+    """y_t = sum_{j<=t} K_j x_{t-j} by a (T, T) Toeplitz matrix: K (T,), x (..., T) -> (..., T)."""
     t = shape_is(K, "K", (x.shape[-1],)).shape[0]
     idx = torch.arange(t)
     lag = idx[:, None] - idx[None, :]  # (T, T): i - j
@@ -172,14 +137,9 @@ def causal_conv_direct(K: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def causal_conv_fft(K: torch.Tensor, x: torch.Tensor, n_fft: int | None = None) -> torch.Tensor:
-    """The causal convolution of :func:`causal_conv_direct` by FFT in O(T log T).
+    """The causal convolution by FFT in O(T log T): K (T,), x (..., T) -> (..., T).
 
-    Args:
-        K: (T,); x: (..., T); n_fft: FFT length >= 2T - 1, so that the circular convolution does
-            not wrap around (default: the next power of two).
-
-    Returns:
-        y: (..., T).
+    n_fft >= 2T - 1, so that the circular convolution does not wrap (default: a power of two).
     """
     t = shape_is(K, "K", (x.shape[-1],)).shape[0]
     if n_fft is None:
@@ -201,13 +161,9 @@ def combine(e1: Pair, e2: Pair) -> Pair:
 def scan_sequential(
     a: torch.Tensor, b: torch.Tensor, op: Callable[[Pair, Pair], Pair] = combine
 ) -> torch.Tensor:
-    """h_t = a_t h_{t-1} + b_t with h_0 = 0, one combine at a time (depth T - 1).
+    """h_t = a_t h_{t-1} + b_t, h_0 = 0, one combine at a time: a, b (T, ...) -> h (T, ...).
 
-    Args:
-        a, b: (T, ...); op: the combine operator (pass a wrapper to count calls).
-
-    Returns:
-        h: (T, ...).
+    ``op``: the combine operator (pass a wrapper to count calls).
     """
     same_shape(a, b, ("a", "b"))
     acc = (a[0:1], b[0:1])  # (1, ...): e_1
@@ -221,9 +177,8 @@ def scan_sequential(
 def scan_hillis_steele(
     a: torch.Tensor, b: torch.Tensor, op: Callable[[Pair, Pair], Pair] = combine
 ) -> torch.Tensor:
-    """Inclusive scan by Hillis-Steele: ceil(log2 T) rounds, O(T log T) combines.
-
-    Args and result as :func:`scan_sequential`.
+    """Inclusive scan by Hillis-Steele: ceil(log2 T) rounds, O(T log T) combines. As
+    :func:`scan_sequential`.
     """
     same_shape(a, b, ("a", "b"))
     t, shift = a.shape[0], 1
@@ -240,9 +195,8 @@ def scan_blelloch(
 ) -> torch.Tensor:
     """Work-efficient inclusive scan (Blelloch): 2(n - 1) combines, depth 2 log2 n.
 
-    The input is padded with the identity (a=1, b=0) to the next power of two n; an up-sweep
-    builds the reduction tree, a down-sweep turns it into prefixes. Args and result as
-    :func:`scan_sequential`.
+    Padded with the identity (a=1, b=0) to n = 2^m >= T; an up-sweep builds the reduction tree, a
+    down-sweep the prefixes. As :func:`scan_sequential`.
     """
     same_shape(a, b, ("a", "b"))
     t = a.shape[0]
@@ -270,11 +224,7 @@ def scan_blelloch(
 
 
 def scan_combines(T: int, method: str) -> tuple[int, int]:
-    """(element combines, parallel depth in rounds) of a scan of length T by ``method``.
-
-    sequential: (T - 1, T - 1); hillis_steele: (sum_r (T - 2^r), ceil(log2 T)); blelloch:
-    (2 (n - 1), 2 log2 n), n the next power of two >= T.
-    """
+    """(combines, parallel depth) of a scan of length T by ``method``; blelloch counts padding."""
     positive_int(T, "T")
     one_of(method, "method", ("sequential", "hillis_steele", "blelloch"))
     if method == "sequential":
@@ -300,11 +250,7 @@ def selective_params(
 ) -> tuple[torch.Tensor, ...]:
     """Delta = softplus(x W_delta + b_delta), B = x W_B, C = x W_C (input-dependent, eq. 28.5).
 
-    Args:
-        x: (T, D); W_delta: (D, D); b_delta: (D,); W_B, W_C: (D, N).
-
-    Returns:
-        (Delta: (T, D) > 0, B: (T, N), C: (T, N)).
+    x: (T, D); W_delta: (D, D); b_delta: (D,); W_B, W_C: (D, N). Returns Delta (T, D), B, C (T, N).
     """
     d = float_tensor(x, "x", ndim=2).shape[1]
     shape_is(W_delta, "W_delta", (d, d))
@@ -313,18 +259,15 @@ def selective_params(
 
 
 def selective_discretize(delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor) -> Pair:
-    """Zero-order hold for a diagonal A and a per-step step size: Abar_t = exp(Delta_t A),
-    Bbar_t = (exp(Delta_t A) - 1) / A * B_t.
+    """Zero-order hold per step: Abar_t = exp(Delta_t A), Bbar_t = (Abar_t - 1) / A B_t.
 
-    Args:
-        delta: (T, D) > 0; A: (D, N), no zero entry; B: (T, N).
-
-    Returns:
-        (Abar: (T, D, N), Bbar: (T, D, N)).
+    delta: (T, D) > 0; A: (D, N), no zero entry; B: (T, N). Returns (Abar, Bbar), (T, D, N) each.
     """
-    t, d = positive_entries(float_tensor(delta, "delta", ndim=2), "delta").shape
-    shape_is(positive_entries(A.abs(), "|A|"), "A", (d, None))  # ZOH divides by A
+    t, d = float_tensor(delta, "delta", ndim=2).shape
+    shape_is(A, "A", (d, None))
     shape_is(B, "B", (t, A.shape[1]))
+    positive_entries(delta, "delta")
+    positive_entries(A.abs(), "|A|")  # ZOH divides by A
     dA = delta[:, :, None] * A[None]  # (T, D, N)
     Abar = torch.exp(dA)
     Bbar = torch.expm1(dA) / A[None] * B[:, None, :]  # (T, D, N)
@@ -336,13 +279,7 @@ def selective_scan_sequential(
 ) -> torch.Tensor:
     """Selective SSM by its recurrence, one step at a time. Implements eq. 28.5.
 
-    For every channel: h_t = Abar_t h_{t-1} + Bbar_t x_t, y_t = C_t^T h_t.
-
-    Args:
-        x: (T, D); delta: (T, D) > 0; A: (D, N) diagonal entries; B, C: (T, N).
-
-    Returns:
-        y: (T, D).
+    x: (T, D); delta: (T, D) > 0; A: (D, N) diagonal entries; B, C: (T, N). Returns y: (T, D).
     """
     same_shape(float_tensor(x, "x", ndim=2), delta, ("x", "delta"))
     same_shape(C, B, ("C", "B"))
@@ -365,8 +302,7 @@ def selective_scan_parallel(
 ) -> torch.Tensor:
     """Selective SSM by an associative scan over time (log depth). Implements eq. 28.5.
 
-    Args and result as :func:`selective_scan_sequential`; ``scan``: :func:`scan_blelloch` or
-    :func:`scan_hillis_steele`.
+    As :func:`selective_scan_sequential`; ``scan``: :func:`scan_blelloch` or Hillis-Steele.
     """
     same_shape(float_tensor(x, "x", ndim=2), delta, ("x", "delta"))
     same_shape(C, B, ("C", "B"))
@@ -379,17 +315,7 @@ def selective_scan_parallel(
 
 
 def segsum(log_a: torch.Tensor) -> torch.Tensor:
-    """out[..., i, j] = sum_{k=j+1}^{i} log_a[..., k] for i >= j, -inf above the diagonal.
-
-    Masked cumulative sums (no differences of large prefix sums): exp(segsum(log a)) is the
-    matrix of products a_i ... a_{j+1}.
-
-    Args:
-        log_a: (..., T).
-
-    Returns:
-        (..., T, T).
-    """
+    """out[..., i, j] = sum_{j<k<=i} log_a[..., k], -inf for j > i: (..., T) -> (..., T, T)."""
     float_tensor(log_a, "log_a", min_ndim=1)
     t = log_a.shape[-1]
     x = log_a[..., None, :].expand(*log_a.shape, t).transpose(-1, -2)  # (..., T, T): x[i, j]=l_i
@@ -399,13 +325,9 @@ def segsum(log_a: torch.Tensor) -> torch.Tensor:
 
 
 def ssd_matrix_naive(a: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
-    """M_ij = C_i^T (A_i ... A_{j+1}) B_j for i >= j, else 0, by explicit loops: O(T^3 N).
+    """M_ij = C_i^T (A_i ... A_{j+1}) B_j for i >= j, else 0, by explicit loops (reference).
 
-    Args:
-        a: (T,) scalar A_t = a_t I, or (T, N) diagonal A_t; B, C: (T, N).
-
-    Returns:
-        M: (T, T), lower triangular.
+    a: (T,) scalar A_t = a_t I, or (T, N) diagonal A_t; B, C: (T, N). Returns M: (T, T).
     """
     same_shape(C, float_tensor(B, "B", ndim=2), ("C", "B"))
     t, n = B.shape
@@ -422,11 +344,7 @@ def ssd_matrix_naive(a: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> torch
 
 
 def ssd_matrix(a: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
-    """The semiseparable matrix of :func:`ssd_matrix_naive`, vectorised with :func:`segsum`.
-
-    Scalar a_t: M = exp(segsum(log a)) * (C B^T); diagonal a_t: M_ij = sum_n C_in L_nij B_jn
-    with L_n = exp(segsum(log a_n)). Args and result as :func:`ssd_matrix_naive`, a > 0.
-    """
+    """The semiseparable matrix of :func:`ssd_matrix_naive` from exp(segsum(log a)); a > 0."""
     same_shape(C, float_tensor(B, "B", ndim=2), ("C", "B"))
     t, n = B.shape
     one_of(tuple(a.shape), "a.shape", ((t,), (t, n)))
@@ -442,12 +360,8 @@ def ssd_recurrent(
 ) -> torch.Tensor:
     """h_t = A_t h_{t-1} + B_t x_t, y_t = C_t^T h_t, step by step. Implements eq. 28.5 (SSD).
 
-    Args:
-        a: (T,) or (T, N) as in :func:`ssd_matrix_naive`; B, C: (T, N); x: (T,) or (T, P),
-            P channels sharing a, B, C (the state is then (N, P)).
-
-    Returns:
-        y: x's shape.
+    a: (T,) or (T, N); B, C: (T, N); x: (T,) or (T, P), P channels sharing a, B, C. Returns y (x's
+    shape).
     """
     same_shape(C, float_tensor(B, "B", ndim=2), ("C", "B"))
     t, n = B.shape

@@ -1,13 +1,10 @@
 """Scaled dot-product attention: forward, masks and the hand-written backward (chapter 19).
 
-Shape legend
-    (...)  leading batch axes (B, H, ...); those of q, k and v broadcast
-    q      (..., T_q, d_k)   k  (..., T_k, d_k)   v  (..., T_k, d_v)
-    A      (..., T_q, T_k) attention weights;  O  (..., T_q, d_v) outputs
-    mask   bool, broadcastable to (..., T_q, T_k); True = the query may attend to that key
+Fully masked query rows get weights 0 and output 0; causal masks are bottom-right aligned.
 
-A query row whose keys are all masked gets weights 0 and output 0 (as torch >= 2.5 and
-FlashAttention). Causal masks are aligned bottom-right: query i sees keys j <= i + (T_k - T_q).
+Shape legend
+    q  (..., T_q, d_k)   k  (..., T_k, d_k)   v  (..., T_k, d_v); leading axes broadcast
+    A  (..., T_q, T_k) weights;  O  (..., T_q, d_v);  mask  bool, True = may attend
 """
 
 from __future__ import annotations
@@ -61,11 +58,7 @@ def _allowed(mask, is_causal: bool, shape: torch.Size, device):
 
 
 def causal_mask(T_q: int, T_k: int | None = None, device=None) -> torch.Tensor:
-    """Bottom-right causal mask, True where key j <= i + (T_k - T_q); T_k defaults to T_q.
-
-    Returns:
-        (T_q, T_k) bool tensor.
-    """
+    """Bottom-right causal mask (T_q, T_k), True where key j <= i + (T_k - T_q)."""
     T_q = positive_int(T_q, "T_q")
     T_k = T_q if T_k is None else positive_int(T_k, "T_k")
     i = torch.arange(T_q, device=device)[:, None]  # (T_q, 1) query positions
@@ -74,14 +67,9 @@ def causal_mask(T_q: int, T_k: int | None = None, device=None) -> torch.Tensor:
 
 
 def padding_mask(lengths, T: int) -> torch.Tensor:
-    """Key-padding mask: sequence b has ``lengths[b]`` real tokens, then padding.
+    """Key-padding mask: sequence b has ``lengths[b]`` real tokens out of T, then padding.
 
-    Args:
-        lengths: (B,) integer lengths in [0, T] (a tensor or a sequence of ints).
-        T: padded length (number of keys).
-
-    Returns:
-        (B, 1, T) bool, True at real keys; use ``mask[:, None]`` for (B, H, T_q, T) scores.
+    lengths: (B,) ints in [0, T]. Returns (B, 1, T) bool, True at real keys.
     """
     T = positive_int(T, "T")
     lens = lengths if isinstance(lengths, torch.Tensor) else torch.tensor(list(lengths))
@@ -130,14 +118,9 @@ def attention_naive(q, k, v, mask=None, is_causal=False, scale=None):
 def scaled_dot_product_attention(q, k, v, mask=None, is_causal=False, scale=None):
     """O = softmax(scale * q k^T) v with optional masks. Implements eq. 19.1.
 
-    Args:
-        q: (..., T_q, d_k);  k: (..., T_k, d_k);  v: (..., T_k, d_v).
-        mask: optional bool, broadcastable to (..., T_q, T_k); True = may attend.
-        is_causal: also apply :func:`causal_mask` (combined with ``mask`` by and).
-        scale: score multiplier; default 1/sqrt(d_k) (eq. 19.2).
-
-    Returns:
-        out (..., T_q, d_v) and weights (..., T_q, T_k); fully masked rows are 0.
+    q: (..., T_q, d_k);  k: (..., T_k, d_k);  v: (..., T_k, d_v);  mask: bool, broadcastable to
+    (..., T_q, T_k);  is_causal: and the causal mask;  scale: default 1/sqrt(d_k) (eq. 19.2).
+    Returns out (..., T_q, d_v) and weights (..., T_q, T_k).
     """
     q, k, v, batch, c = _inputs(q, k, v, scale)
     allowed = _allowed(mask, is_causal, batch + (q.shape[-2], k.shape[-2]), q.device)
@@ -165,16 +148,10 @@ def _sum_to(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
 
 
 def attention_backward(q, k, v, weights, grad_out, scale=None):
-    """Gradients of a loss with respect to q, k, v given A and dL/dO. Implements eqs. 19.3-19.5.
+    """dL/dq, dL/dk, dL/dv from A and dL/dO. Implements eqs. 19.3-19.5.
 
-    Args:
-        q, k, v: the forward inputs, shapes as :func:`scaled_dot_product_attention`.
-        weights: (..., T_q, T_k) the forward pass's attention weights A.
-        grad_out: (..., T_q, d_v) the upstream gradient dL/dO.
-        scale: the forward pass's scale; default 1/sqrt(d_k).
-
-    Returns:
-        (dq, dk, dv) with the shapes of q, k, v (summed over broadcast leading axes).
+    q, k, v, scale: as the forward;  weights: (..., T_q, T_k);  grad_out: (..., T_q, d_v).
+    Returns (dq, dk, dv) with the shapes of q, k, v.
     """
     q, k, v, batch, c = _inputs(q, k, v, scale)
     A = shape_is(weights, "weights", batch + (q.shape[-2], k.shape[-2]))

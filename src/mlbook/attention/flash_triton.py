@@ -1,20 +1,12 @@
 """A FlashAttention forward kernel in Triton, causal or not, fp32 or fp16 (chapter 26).
 
-The tiled algorithm of :func:`mlbook.attention.tiled.tiled_attention` for a GPU: one program owns
-BLOCK_M queries and their running state (m, l, acc) and streams K, V through BLOCK_N keys at a
-time (eqs. 26.1-26.4); the (T_q, T_k) score matrix never exists in GPU memory.
-
-Without CUDA, and with ``TRITON_INTERPRET`` unset, this module sets ``TRITON_INTERPRET=1``
-before importing Triton, so the kernel runs in Triton's CPU interpreter (slow: small sizes);
-:func:`_interpret_triton_stdlib` covers a Triton imported earlier. Without Triton, importing
-still works: ``TRITON_AVAILABLE`` is False and :func:`flash_forward` falls back to
-:func:`mlbook.attention.tiled.tiled_attention`.
+:func:`mlbook.attention.tiled.tiled_attention` as a GPU kernel (eqs. 26.1-26.4). Without CUDA
+(and ``TRITON_INTERPRET`` unset) the import sets ``TRITON_INTERPRET=1``: the kernel runs in
+Triton's CPU interpreter. Without Triton, :func:`flash_forward` falls back to the torch tiles.
 
 Shape legend
     q  (B, H, T_q, d)   k, v  (B, H, T_k, d)   out  (B, H, T_q, d)   lse  (B, H, T_q)
     BLOCK_M, BLOCK_N  queries per program, keys per step;  BLOCK_D  d rounded up to 2^n >= 16
-
-Causal masks are bottom-right aligned (key j visible to query i iff j <= i + T_k - T_q).
 """
 
 from __future__ import annotations
@@ -60,17 +52,7 @@ except ImportError as err:  # pragma: no cover - depends on the platform
 
 
 def _interpret_triton_stdlib() -> int:
-    """Make Triton's own jit'd helpers (``tl.zeros``, ``tl.max``, ``tl.sum``, ...) interpretable.
-
-    Triton wraps its standard library when *Triton itself* is imported. If something imported
-    it before ``TRITON_INTERPRET=1`` was set (``torch.utils.flop_counter`` does, and other book
-    modules use that), those helpers are GPU-only ``JITFunction`` objects, which the interpreter
-    refuses to call. Re-importing Triton is not possible (its C extension registers types once),
-    so this re-wraps each of them as the interpreter would have (one wrapper per helper, so that
-    the interpreter's fast paths, which test ``combine_fn is tl.standard._elementwise_max``,
-    still recognise them). Called only where no CUDA device exists, so no compiled kernel can be
-    affected. Returns how many helpers were re-wrapped (0 when Triton was imported correctly).
-    """
+    """Make Triton's own jit'd helpers (``tl.zeros``, ``tl.max``, ``tl.sum``, ...) interpretable."""
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
@@ -228,23 +210,11 @@ def flash_attention(
     num_warps: int | None = None,
     num_stages: int | None = None,
 ):
-    """FlashAttention forward: softmax(scale q k^T) v by the Triton kernel (eqs. 26.1-26.4).
+    """FlashAttention forward by the Triton kernel. Implements eqs. 26.1-26.4.
 
-    Runs natively on CUDA tensors and under Triton's interpreter on CPU tensors (see the module
-    docstring). Accumulates in float32 for float16 inputs, like FlashAttention.
-
-    Args:
-        q: (B, H, T_q, d);  k, v: (B, H, T_k, d); float32 or float16, one device.
-        causal: bottom-right causal mask (needs T_q <= T_k).
-        scale: score multiplier, default 1/sqrt(d).
-        block_m, block_n: queries per program and keys per inner step, powers of two >= 16;
-            they need not divide T_q or T_k.
-        return_lse: also return the float32 log-sum-exp of each query's scaled scores.
-        num_warps, num_stages: GPU launch options (threads per program / 32, software-pipelining
-            depth); ``None`` keeps Triton's defaults. The interpreter ignores them.
-
-    Returns:
-        out: (B, H, T_q, d) in q's dtype, and ``lse`` (B, H, T_q) if ``return_lse``.
+    q: (B, H, T_q, d);  k, v: (B, H, T_k, d), float32 or float16;  causal: bottom-right mask;
+    block_m, block_n: powers of two >= 16;  num_warps, num_stages: GPU launch options or None.
+    Returns out (B, H, T_q, d) in q's dtype, and float32 ``lse`` (B, H, T_q) if ``return_lse``.
     """
     if not TRITON_AVAILABLE:
         raise RuntimeError(TRITON_MESSAGE)
@@ -315,10 +285,6 @@ def flash_forward(
     block_n: int = 64,
 ):
     """The FlashAttention forward that can run here: the Triton kernel, or its torch twin.
-
-    With Triton: :func:`flash_attention`. Without: :func:`mlbook.attention.tiled.tiled_attention`
-    on the same tiles, with the kernel's numerics (inputs upcast to float32, fp32 running state,
-    output cast back to the input dtype). :data:`BACKEND` says which one runs.
 
     Args and returns as :func:`flash_attention` (without ``return_lse``).
     """

@@ -1,27 +1,11 @@
 """A taxonomy of attention heads, computed from their attention maps (chapter 20).
 
-Each head gets five numbers, all averages over the *content* query rows (the rows of the
-special tokens such as [CLS] and [SEP] are left out, since what a separator attends to says
-little about the head). Previous and next count only content neighbours, so that the four
-mass scores of a row use disjoint sets of keys:
-
-    previous   mean weight on the word just before the query,    a[i, i-1], i-1 a content token
-    next       mean weight on the word just after the query,     a[i, i+1], i+1 a content token
-    self       mean weight on the query itself (the diagonal),   a[i, i]
-    sink       mean weight on the special tokens,                sum_{j special} a[i, j]
-    entropy    mean row entropy divided by its maximum log T,    H(a_i) / log T  (in [0, 1])
-
-A head belongs to the class of its largest *mass* score (previous, next, self or sink) when
-that score reaches ``Thresholds.mass``; otherwise it is ``broad`` when its normalised entropy
-reaches ``Thresholds.broad``; otherwise ``mixed`` (content-dependent heads that look at a few
-tokens chosen by meaning, not by position).
+Scores per head over the content rows: previous, next, self, sink (mass on special tokens) and
+normalised entropy; the class is the largest mass score reaching ``Thresholds.mass``, else
+``broad`` (entropy >= ``Thresholds.broad``), else ``mixed``.
 
 Shape legend
-    T      tokens of a sentence, special tokens included
-    (...)  leading axes of a stack of maps, e.g. (L, H) layers x heads
-    attn   (..., T, T) attention weights, each row a distribution over the T keys
-    scores dict of five (...) tensors, one per score name
-    K      largest relative offset of :func:`offset_profile`; profiles have 2K + 1 entries
+    T  tokens;  (...)  e.g. (L, H);  attn  (..., T, T) rows are distributions
 """
 
 from __future__ import annotations
@@ -32,6 +16,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from ..validation import (
+    distribution,
+    float_tensor,
+    integer,
+    number,
+    one_of,
+    positive_int,
+    shape_is,
+)
 
 __all__ = [
     "CLASSES",
@@ -56,71 +50,37 @@ CLASSES = ("previous", "next", "self", "sink", "broad", "mixed")
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Decision thresholds of :func:`classify_heads`.
-
-    Attributes:
-        mass: a head whose largest mass score (previous, next, self, sink) is at least this is
-            put in that class; 0.5 means "more than half of every content row on average".
-        broad: otherwise, a head whose mean normalised row entropy is at least this is broad.
-    """
+    """Decision thresholds of :func:`classify_heads`: ``mass`` and ``broad``, both in (0, 1]."""
 
     mass: float = 0.5
     broad: float = 0.75
 
     def __post_init__(self):
         for name in ("mass", "broad"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TypeError(f"Thresholds.{name} must be a number, got {type(value).__name__}")
-            if not 0.0 < value <= 1.0:
-                raise ValueError(f"Thresholds.{name} must lie in (0, 1], got {value!r}")
+            number(getattr(self, name), f"Thresholds.{name}", 0.0, 1.0, open_low=True)
 
 
-def _check_attn(attn) -> torch.Tensor:
-    if not isinstance(attn, torch.Tensor):
-        raise TypeError(f"attn must be a torch.Tensor, got {type(attn).__name__}")
-    if not attn.is_floating_point():
-        raise TypeError(f"attn must be a floating-point tensor, got dtype {attn.dtype}")
-    if attn.ndim < 2 or attn.shape[-1] != attn.shape[-2]:
-        raise ValueError(f"attn must have shape (..., T, T), got {tuple(attn.shape)}")
-    if attn.numel() == 0:
-        raise ValueError(f"attn is empty: shape {tuple(attn.shape)}")
-    if not torch.isfinite(attn).all() or (attn < 0).any():
-        raise ValueError("attn must be finite and non-negative")
-    rows = attn.sum(-1)
-    if not torch.allclose(rows, torch.ones_like(rows), atol=1e-3, rtol=0):
-        worst = float((rows - 1).abs().max())
-        raise ValueError(f"every row of attn must sum to 1 (off by up to {worst:.3g})")
-    return attn
+def _maps(attn) -> torch.Tensor:
+    """Checked (..., T, T) maps whose rows are distributions, as float64."""
+    T = float_tensor(attn, "attn", min_ndim=2).shape[-1]
+    shape_is(attn, "attn", (None,) * (attn.ndim - 2) + (T, T))
+    return distribution(attn, "attn", atol=1e-3).double()
 
 
 def _special_indices(special, T: int) -> list[int]:
-    if isinstance(special, (int, str)) or not isinstance(special, Sequence):
-        raise TypeError(f"special must be a sequence of token indices, got {special!r}")
-    out = []
-    for s in special:
-        if isinstance(s, bool) or not isinstance(s, int) or not -T <= s < T:
-            raise ValueError(f"special indices must be ints in [-{T}, {T}), got {special!r}")
-        out.append(s % T)
-    if len(set(out)) != len(out):
+    out = sorted({integer(s, "special index", -T, T - 1) % T for s in special})
+    if len(out) != len(special):
         raise ValueError(f"special indices repeat: {special!r} for T={T}")
-    return sorted(out)
+    return out
 
 
 def taxonomy_scores(attn: torch.Tensor, special: Sequence[int] = (0, -1)) -> dict:
-    """The five scores of every head (module docstring), averaged over the content rows.
+    """The five scores of every head, averaged over the content rows.
 
-    Args:
-        attn: (..., T, T) attention maps, rows summing to 1 (e.g. (L, H, T, T) of a model).
-        special: indices of the special tokens (default: first and last, [CLS] and [SEP]);
-            ``()`` for a sequence without them.
-
-    Returns:
-        {"previous", "next", "self", "sink", "entropy"}: (...) float64 tensors in [0, 1]. The
-        previous (next) score averages over the content rows whose previous (next) token is a
-        content token too; "sink" is 0 when there are no special tokens.
+    attn: (..., T, T) maps;  special: indices of the special tokens (``()`` for none).
+    Returns {"previous", "next", "self", "sink", "entropy"}: (...) float64 tensors in [0, 1].
     """
-    attn = _check_attn(attn).double()
+    attn = _maps(attn)
     T = attn.shape[-1]
     spec = _special_indices(special, T)
     content = [i for i in range(T) if i not in spec]
@@ -147,36 +107,14 @@ def taxonomy_scores(attn: torch.Tensor, special: Sequence[int] = (0, -1)) -> dic
 
 
 def mean_scores(score_list: Sequence[Mapping]) -> dict:
-    """Average the scores of several sentences (each a :func:`taxonomy_scores` result).
-
-    Returns:
-        {name: (...) mean over the sentences}; all inputs must have the same shapes.
-    """
-    if isinstance(score_list, Mapping) or not isinstance(score_list, Sequence) or not score_list:
-        raise ValueError("score_list must be a non-empty sequence of score dicts")
-    for s in score_list:
-        if not isinstance(s, Mapping) or set(s) != set(SCORE_NAMES):
-            raise ValueError(f"each item must be a dict with keys {SCORE_NAMES}")
-    shapes = {tuple(s["self"].shape) for s in score_list}
-    if len(shapes) != 1:
-        raise ValueError(f"score shapes differ between sentences: {sorted(shapes)}")
+    """Average the :func:`taxonomy_scores` of several sentences (same shapes)."""
+    if not score_list:  # the mean of no sentences is nan
+        raise ValueError("score_list must not be empty")
     return {n: torch.stack([s[n] for s in score_list]).mean(0) for n in SCORE_NAMES}
 
 
 def classify_heads(scores: Mapping, thresholds: Thresholds = Thresholds()) -> np.ndarray:
-    """The class of every head from its scores (the rule of the module docstring).
-
-    Args:
-        scores: from :func:`taxonomy_scores` or :func:`mean_scores`, (...) tensors.
-        thresholds: the decision thresholds.
-
-    Returns:
-        (...) NumPy array of class names from :data:`CLASSES`.
-    """
-    if not isinstance(scores, Mapping) or not set(SCORE_NAMES) <= set(scores):
-        raise ValueError(f"scores must be a dict with keys {SCORE_NAMES}")
-    if not isinstance(thresholds, Thresholds):
-        raise TypeError(f"thresholds must be a Thresholds, got {type(thresholds).__name__}")
+    """The class of every head from its (...) scores. Returns a (...) array of :data:`CLASSES`."""
     mass = torch.stack([torch.as_tensor(scores[n]).double() for n in MASS_SCORES])  # (4, ...)
     mass = torch.nan_to_num(mass, nan=-1.0)  # an undefined score never wins
     best_val, best = mass.max(0)  # (...) the first maximum wins ties (MASS_SCORES order)
@@ -193,31 +131,13 @@ def classify_heads(scores: Mapping, thresholds: Thresholds = Thresholds()) -> np
 def synthetic_map(
     kind: str, T: int, *, peak: float = 0.8, generator=None, special: Sequence[int] = (0, -1)
 ) -> torch.Tensor:
-    """A (T, T) attention map of a known kind, for testing :func:`classify_heads`.
+    """A (T, T) attention map of a known ``kind`` (one of :data:`CLASSES`), for tests.
 
-    Every content row i puts ``peak`` on its target and spreads the rest at random (a softmax
-    of standard normal noise): previous -> i-1, next -> i+1, self -> i, sink -> the special
-    tokens (split evenly), mixed -> one random non-neighbouring content token per row. A broad
-    map is a softmax of weak noise (scale 0.3) over all keys. Special rows are random.
-
-    Args:
-        kind: one of :data:`CLASSES`.
-        T: number of tokens (>= 5).
-        peak: the weight on the target, in (0, 1).
-        generator: a ``torch.Generator`` for reproducible noise.
-        special: indices of the special tokens.
-
-    Returns:
-        (T, T) float64 map whose rows sum to 1.
+    T >= 5;  peak: the weight on the target, in (0, 1);  special: the special tokens.
     """
-    if kind not in CLASSES:
-        raise ValueError(f"kind must be one of {CLASSES}, got {kind!r}")
-    if isinstance(T, bool) or not isinstance(T, int) or T < 5:
-        raise ValueError(f"T must be an int >= 5, got {T!r}")
-    if isinstance(peak, bool) or not isinstance(peak, (int, float)) or not 0 < peak < 1:
-        raise ValueError(f"peak must lie in (0, 1), got {peak!r}")
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    one_of(kind, "kind", CLASSES)
+    integer(T, "T", low=5)
+    number(peak, "peak", 0.0, 1.0, open_low=True, open_high=True)
     spec = _special_indices(special, T)
     content = [i for i in range(T) if i not in spec]
     noise = torch.randn(T, T, generator=generator, dtype=torch.float64)
@@ -246,17 +166,7 @@ def synthetic_map(
 def score_table(
     scores: Mapping, classes: np.ndarray, *, layer_label: str = "layer", digits: int = 2
 ) -> str:
-    """A text table with one line per head: its five scores and its class.
-
-    Args:
-        scores: (L, H) tensors from :func:`taxonomy_scores` / :func:`mean_scores`.
-        classes: (L, H) class names from :func:`classify_heads`.
-
-    Returns:
-        The table as one string (no trailing newline).
-    """
-    if not isinstance(scores, Mapping) or not set(SCORE_NAMES) <= set(scores):
-        raise ValueError(f"scores must be a dict with keys {SCORE_NAMES}")
+    """A text table, one line per head: its five scores and its class; (L, H) inputs."""
     shape = tuple(scores["self"].shape)
     if len(shape) != 2 or np.shape(classes) != shape:
         raise ValueError(f"need (L, H) scores and classes, got {shape} and {np.shape(classes)}")
@@ -272,24 +182,12 @@ def score_table(
 def offset_profile(
     attn: torch.Tensor, max_offset: int = 5, special: Sequence[int] = (0, -1)
 ) -> torch.Tensor:
-    """Mean attention weight at each relative offset k = j - i, over the content rows.
+    """Mean attention weight at each offset k = j - i, -K ... K, over the content rows.
 
-    Entry k of the profile is the mean of a[i, i + k] over the content rows i for which
-    i + k is a content token too (the special tokens are scored by "sink" instead), so entries
-    -1, 0 and +1 are the previous, self and next scores of :func:`taxonomy_scores`. A broad
-    head has a flat profile, a previous-token head a spike at -1.
-
-    Args:
-        attn: (..., T, T) attention maps.
-        max_offset: K >= 1; offsets -K ... K.
-        special: indices of the special tokens (their rows are left out).
-
-    Returns:
-        (..., 2K + 1) float64 profile; nan where no content row has a key at that offset.
+    attn: (..., T, T). Returns (..., 2K + 1) float64; nan where no row has that offset.
     """
-    attn = _check_attn(attn).double()
-    if isinstance(max_offset, bool) or not isinstance(max_offset, int) or max_offset < 1:
-        raise ValueError(f"max_offset must be an int >= 1, got {max_offset!r}")
+    attn = _maps(attn)
+    max_offset = positive_int(max_offset, "max_offset")
     T = attn.shape[-1]
     spec = _special_indices(special, T)
     rows = torch.tensor([i for i in range(T) if i not in spec])  # (C,) content query rows

@@ -12,34 +12,28 @@ window keeps only the last W positions, plus S "sink" tokens at the start (eq. 2
 Shape legend
     B      batch size
     H      query heads;  G  key/value heads (1 <= G <= H);  R = H / G query heads per group
-    d_h    head width;  D = H d_h  model width;  F  feed-forward width;  V  vocabulary size
-    L      layers;  T  sequence (or cached) length;  T_q new queries;  T_k keys
+    d_h    head width;  L  layers;  T  sequence (or cached) length;  T_q new queries;  T_k keys
     W      window length;  S  number of sink tokens
     q      (B, H, T_q, d_h) queries          k, v  (B, G, T_k, d_h) keys and values
     cache  (L, B, G, T_max, d_h) one buffer for keys and one for values
 
 Naive references beside the fast versions: :func:`grouped_attention_naive` (expand K/V to H heads
 with the head map, then ordinary attention) beside :func:`grouped_attention` (a reshape that
-never copies K/V); :func:`decode_attention_naive` (eq. 24.1 with Python loops) beside both;
-recomputing the whole prefix (``generate(..., use_cache=False)``) beside cached decoding.
-Attention itself is :func:`mlbook.attention.dot_product.scaled_dot_product_attention` and RoPE is
-:func:`mlbook.attention.rope.apply_rope`.
+never copies K/V); :func:`decode_attention_naive` (eq. 24.1 with Python loops) beside both.
+Attention itself is :func:`mlbook.attention.dot_product.scaled_dot_product_attention`. The model
+that decodes with these caches, and recomputes the prefix as their reference, is
+:class:`mlbook.models.decoder.Decoder` (:func:`mlbook.models.generate.generate`); its cache
+bytes are :func:`mlbook.models.counting.cache_bytes`.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
-import time
-from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-from ..nn.normalization import rms_norm
+from ..validation import bool_tensor, float_tensor, integer, shape_is
 from .dot_product import scaled_dot_product_attention
-from .rope import apply_rope, rope_frequencies
 
 __all__ = [
     "head_map",
@@ -53,77 +47,21 @@ __all__ = [
     "KVCache",
     "SlidingWindowCache",
     "kv_cache_bytes",
-    "DecoderConfig",
-    "LLAMA2_7B",
-    "LLAMA2_70B",
-    "MISTRAL_7B",
-    "cache_bytes",
-    "param_count",
-    "TinyDecoder",
-    "generate",
-    "forward_flops",
-    "generation_flops",
-    "decode_step_seconds",
 ]
 
 
-# --- validation ----------------------------------------------------------------------------------
+def _heads(H, G) -> tuple[int, int]:
+    """H query heads and G key/value heads, 1 <= G <= H (eq. 24.3's range)."""
+    H = integer(H, "H (query heads)", low=1)
+    return H, integer(G, "G (key/value heads)", low=1, high=H)
 
 
-def _check_int(value, name: str, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    return value
-
-
-def _check_heads(H: int, G: int) -> None:
-    _check_int(H, "H (query heads)")
-    _check_int(G, "G (key/value heads)")
-    if G > H:
-        raise ValueError(f"need 1 <= G <= H, got G={G} key/value heads for H={H} query heads")
-
-
-def _check_4d(x, name: str) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    if x.ndim != 4:
-        raise ValueError(f"{name} must have shape (B, heads, T, d_h), got {tuple(x.shape)}")
-
-
-def _check_gqa(q, k, v) -> tuple[int, int]:
-    """Validate grouped q (B, H, T_q, d), k (B, G, T_k, d), v (B, G, T_k, d_v); return H, G."""
-    for x, name in ((q, "q"), (k, "k"), (v, "v")):
-        _check_4d(x, name)
-    H, G = q.shape[1], k.shape[1]
-    if v.shape[1] != G:
-        raise ValueError(
-            f"k and v must have the same number of heads G: k {tuple(k.shape)}, v {tuple(v.shape)}"
-        )
-    if not (q.shape[0] == k.shape[0] == v.shape[0]):
-        raise ValueError(
-            f"q, k, v must share the batch size: {tuple(q.shape)}, "
-            f"{tuple(k.shape)}, {tuple(v.shape)}"
-        )
-    if G < 1 or G > H:
-        raise ValueError(f"need 1 <= G <= H: q has H={H} heads, k and v have G={G}")
-    return H, G
-
-
-def _check_gqa_mask(mask, H: int) -> None:
-    """A GQA mask is None, (T_q, T_k) or (B or 1, 1 or H, T_q, T_k); dtype checked later."""
-    if mask is None:
-        return
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask must be a torch.Tensor or None, got {type(mask).__name__}")
-    if mask.ndim == 2 or (mask.ndim == 4 and mask.shape[1] in (1, H)):
-        return
-    raise ValueError(
-        f"mask must have shape (T_q, T_k) or (B, 1 or H={H}, T_q, T_k), got {tuple(mask.shape)}"
-    )
+def _gqa_shapes(q, k, v) -> tuple[int, int]:
+    """(H, G) of queries (B, H, T_q, d), keys (B, G, T_k, d) and values (B, G, T_k, d_v)."""
+    B, H, _, d = float_tensor(q, "q", ndim=4).shape
+    _, G, T_k, _ = shape_is(float_tensor(k, "k", ndim=4), "k", (B, None, None, d)).shape
+    shape_is(float_tensor(v, "v", ndim=4), "v", (B, G, T_k, None))
+    return _heads(H, G)
 
 
 # --- eq. 24.3: the head map ------------------------------------------------------------------
@@ -144,13 +82,13 @@ def head_map(H: int, G: int, device=None) -> torch.Tensor:
     Returns:
         (H,) int64 tensor with values in [0, G).
     """
-    _check_heads(H, G)
+    H, G = _heads(H, G)
     return torch.arange(H, device=device) * G // H
 
 
 def attention_kind(H: int, G: int) -> str:
     """``"MHA"`` for G = H, ``"MQA"`` for G = 1 (and H > 1), else ``"GQA"``."""
-    _check_heads(H, G)
+    H, G = _heads(H, G)
     return "MHA" if G == H else "MQA" if G == 1 else "GQA"
 
 
@@ -164,9 +102,7 @@ def expand_kv(x: torch.Tensor, H: int) -> torch.Tensor:
     Returns:
         (B, H, T, d_h): head h of the result is head g(h) of x.
     """
-    _check_4d(x, "x")
-    G = x.shape[1]
-    _check_heads(H, G)
+    H, G = _heads(H, float_tensor(x, "x", ndim=4).shape[1])
     return x.index_select(1, head_map(H, G, device=x.device))  # (B, G, T, d) -> (B, H, T, d)
 
 
@@ -178,7 +114,7 @@ def grouped_attention_naive(q, k, v, mask=None, is_causal=False, scale=None):
 
     Args and returns as :func:`grouped_attention`.
     """
-    H, _ = _check_gqa(q, k, v)
+    H, _ = _gqa_shapes(q, k, v)
     return scaled_dot_product_attention(
         q, expand_kv(k, H), expand_kv(v, H), mask=mask, is_causal=is_causal, scale=scale
     )
@@ -202,8 +138,13 @@ def grouped_attention(q, k, v, mask=None, is_causal=False, scale=None):
     Returns:
         out: (B, H, T_q, d_v);  weights: (B, H, T_q, T_k).
     """
-    H, G = _check_gqa(q, k, v)
-    _check_gqa_mask(mask, H)
+    H, G = _gqa_shapes(q, k, v)
+    if mask is not None and not (
+        bool_tensor(mask, "mask").ndim == 2 or (mask.ndim == 4 and mask.shape[1] in (1, H))
+    ):
+        raise ValueError(
+            f"mask must have shape (T_q, T_k) or (B, 1 or H={H}, T_q, T_k), got {tuple(mask.shape)}"
+        )
     if H % G:
         return grouped_attention_naive(q, k, v, mask=mask, is_causal=is_causal, scale=scale)
     B, _, T_q, d = q.shape
@@ -236,17 +177,10 @@ def decode_attention_naive(
     Returns:
         (H, d_v) the attention output of every head.
     """
-    for x, name, nd in ((q_t, "q_t", 2), (k_cache, "k_cache", 3), (v_cache, "v_cache", 3)):
-        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.ndim != nd:
-            raise ValueError(f"{name} must be a floating tensor with {nd} axes")
-    H, d = q_t.shape
-    G, T = k_cache.shape[:2]
-    if k_cache.shape[2] != d or v_cache.shape[:2] != (G, T):
-        raise ValueError(
-            f"shapes do not fit: q_t {tuple(q_t.shape)} (H, d_h), k_cache "
-            f"{tuple(k_cache.shape)} (G, T, d_h), v_cache {tuple(v_cache.shape)}"
-        )
-    _check_heads(H, G)
+    H, d = float_tensor(q_t, "q_t", ndim=2).shape
+    G, T, _ = shape_is(float_tensor(k_cache, "k_cache", ndim=3), "k_cache", (None, None, d)).shape
+    shape_is(float_tensor(v_cache, "v_cache", ndim=3), "v_cache", (G, T, None))
+    H, G = _heads(H, G)
     out = q_t.new_zeros(H, v_cache.shape[2])
     for h in range(H):
         g = h * G // H  # eq. 24.3
@@ -278,8 +212,8 @@ def visible(t, s, window: int | None = None, sinks: int = 0):
         bool (tensor) of the broadcast shape.
     """
     if window is not None:
-        _check_int(window, "window")
-    _check_int(sinks, "sinks", 0)
+        integer(window, "window", low=1)
+    integer(sinks, "sinks", low=0)
     if window is None:
         return s <= t
     return (s <= t) & ((s >= t - window + 1) | (s < sinks))
@@ -290,7 +224,7 @@ def sliding_window_mask(T: int, window: int | None, sinks: int = 0, device=None)
 
     Row t allows the keys min(t+1, S) sinks and the last min(t+1, W) positions (their union).
     """
-    _check_int(T, "T")
+    integer(T, "T", low=1)
     pos = torch.arange(T, device=device)
     return visible(pos[:, None], pos[None, :], window, sinks)  # (T, 1) vs (1, T) -> (T, T)
 
@@ -298,20 +232,14 @@ def sliding_window_mask(T: int, window: int | None, sinks: int = 0, device=None)
 # --- caches ------------------------------------------------------------------------------------
 
 
-def _check_kv_new(k_new, v_new, shape) -> None:
-    """k_new, v_new must be (B, G, T_new, d_h) with the cache's B, G, d_h and dtype."""
-    B, G, d, dtype = shape
-    for x, name in ((k_new, "k_new"), (v_new, "v_new")):
-        _check_4d(x, name)
-        if (x.shape[0], x.shape[1], x.shape[3]) != (B, G, d):
-            raise ValueError(
-                f"{name} must have shape (B={B}, G={G}, T_new, d_h={d}), got {tuple(x.shape)}"
-            )
-        if x.dtype != dtype:
-            raise TypeError(f"{name} has dtype {x.dtype}, the cache holds {dtype}")
-    if k_new.shape[2] != v_new.shape[2]:
-        raise ValueError(
-            f"k_new and v_new differ in T_new: {tuple(k_new.shape)}, {tuple(v_new.shape)}"
+def _new_entries(k_new, v_new, buffer: torch.Tensor) -> None:
+    """k_new, v_new (B, G, T_new, d_h) with the B, G, d_h, dtype of a (L, B, G, ., d_h) buffer."""
+    _, B, G, _, d = buffer.shape
+    shape_is(float_tensor(k_new, "k_new", ndim=4), "k_new", (B, G, None, d))
+    shape_is(float_tensor(v_new, "v_new", ndim=4), "v_new", (B, G, k_new.shape[2], d))
+    if k_new.dtype != buffer.dtype or v_new.dtype != buffer.dtype:
+        raise TypeError(
+            f"k_new, v_new have dtype {k_new.dtype}, {v_new.dtype}; the cache holds {buffer.dtype}"
         )
 
 
@@ -344,7 +272,7 @@ class KVCache:
             (head_dim, "head_dim"),
             (max_len, "max_len"),
         ):
-            _check_int(n, name)
+            integer(n, name, low=1)
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
         shape = (n_layers, batch, n_kv_heads, max_len, head_dim)
@@ -364,10 +292,7 @@ class KVCache:
         return sum(x.element_size() * x.numel() for x in (self.k, self.v))
 
     def _layer(self, layer) -> int:
-        _check_int(layer, "layer", 0)
-        if layer >= len(self._lengths):
-            raise ValueError(f"layer must be < {len(self._lengths)}, got {layer}")
-        return layer
+        return integer(layer, "layer", low=0, high=len(self._lengths) - 1)
 
     def update(self, layer: int, k_new: torch.Tensor, v_new: torch.Tensor):
         """Append T_new positions to one layer's cache.
@@ -381,8 +306,7 @@ class KVCache:
             positions: (T,) int64 their positions 0..T-1.
         """
         layer = self._layer(layer)
-        _, B, G, _, d = self.k.shape
-        _check_kv_new(k_new, v_new, (B, G, d, self.k.dtype))
+        _new_entries(k_new, v_new, self.k)
         start, n = self._lengths[layer], k_new.shape[2]
         if start + n > self.max_len:
             raise ValueError(f"cache full: {start} cached + {n} new > max_len {self.max_len}")
@@ -422,8 +346,8 @@ class SlidingWindowCache:
             (head_dim, "head_dim"),
             (window, "window"),
         ):
-            _check_int(n, name)
-        _check_int(sinks, "sinks", 0)
+            integer(n, name, low=1)
+        integer(sinks, "sinks", low=0)
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
         self.window, self.sinks = window, sinks
@@ -456,8 +380,7 @@ class SlidingWindowCache:
             Use :func:`visible` with these positions as the mask.
         """
         layer = self._layer(layer)
-        _, B, G, _, d = self.k.shape
-        _check_kv_new(k_new, v_new, (B, G, d, self.k.dtype))
+        _new_entries(k_new, v_new, self.k)
         start, n = self._lengths[layer], k_new.shape[2]
         held = (self.slot_pos[layer] >= 0).nonzero().squeeze(1)  # (n_old,) occupied slots
         new_pos = torch.arange(start, start + n, device=self.k.device)  # (T_new,)
@@ -498,285 +421,5 @@ def kv_cache_bytes(
         (bytes_per_element, "bytes_per_element"),
         (batch, "batch"),
     ):
-        _check_int(n, name)
+        integer(n, name, low=1)
     return 2 * n_layers * n_kv_heads * head_dim * seq_len * bytes_per_element * batch
-
-
-@dataclass(frozen=True)
-class DecoderConfig:
-    """Shape of a Llama-style decoder: RMSNorm, RoPE, GQA attention, SwiGLU feed-forward.
-
-    Attributes:
-        vocab_size: V;  d_model: D = H d_h;  n_layers: L;  n_heads: H;  n_kv_heads: G;
-        d_ff: F, the SwiGLU hidden width;  window: W (None: full causal attention);
-        sinks: S, tokens always visible under a window;  rope_base: RoPE's base b;
-        name: a label for tables.
-    """
-
-    vocab_size: int
-    d_model: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    d_ff: int
-    window: int | None = None
-    sinks: int = 0
-    rope_base: float = 10000.0
-    name: str = ""
-
-    def __post_init__(self):
-        for n in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"):
-            _check_int(getattr(self, n), n)
-        _check_heads(self.n_heads, self.n_kv_heads)
-        if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
-            raise ValueError(
-                f"d_model={self.d_model} must be n_heads={self.n_heads} times an "
-                "even head width (RoPE rotates pairs)"
-            )
-        if self.window is not None:
-            _check_int(self.window, "window")
-        _check_int(self.sinks, "sinks", 0)
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
-
-
-# Published configurations (the models' config.json files on the Hugging Face Hub).
-LLAMA2_7B = DecoderConfig(32000, 4096, 32, 32, 32, 11008, name="Llama-2-7B")
-LLAMA2_70B = DecoderConfig(32000, 8192, 80, 64, 8, 28672, name="Llama-2-70B")
-MISTRAL_7B = DecoderConfig(32000, 4096, 32, 32, 8, 14336, window=4096, name="Mistral-7B")
-
-
-def cache_bytes(
-    cfg: DecoderConfig, seq_len: int, batch: int = 1, bytes_per_element: int = 2
-) -> int:
-    """Eq. 24.2 for a model: the cache holds min(T, S + W) positions under a sliding window."""
-    _check_int(seq_len, "seq_len")
-    T = seq_len if cfg.window is None else min(seq_len, cfg.window + cfg.sinks)
-    return kv_cache_bytes(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, T, bytes_per_element, batch)
-
-
-def param_count(cfg: DecoderConfig) -> int:
-    """Number of parameters of :class:`TinyDecoder` (and of Llama/Mistral) with this shape.
-
-    Embedding and output head V D each (untied); per layer W_q, W_o (D x D), W_k, W_v
-    (D x G d_h), three SwiGLU matrices (D x F) and two RMSNorm gains; a final RMSNorm gain.
-    """
-    D, F_, V, dh = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.head_dim
-    per_layer = 2 * D * D + 2 * D * cfg.n_kv_heads * dh + 3 * D * F_ + 2 * D
-    return 2 * V * D + cfg.n_layers * per_layer + D
-
-
-# --- a tiny decoder that uses the caches --------------------------------------------------------
-
-
-class TinyDecoder(nn.Module):
-    """A Llama-style decoder (pre-RMSNorm, RoPE, GQA, SwiGLU) that can decode with a KV cache.
-
-    ``forward(tokens)`` runs the whole sequence at once; ``forward(tokens, cache)`` continues a
-    cached sequence: the new tokens get positions cache.seq_len, cache.seq_len + 1, ... (RoPE
-    needs them), their keys and values are appended, and attention uses the mask of
-    :func:`visible` on the cached positions. With ``cfg.window`` set, both paths use the
-    sliding-window mask of eq. 24.4 and :meth:`new_cache` returns a :class:`SlidingWindowCache`.
-    """
-
-    def __init__(self, cfg: DecoderConfig, generator: torch.Generator | None = None):
-        super().__init__()
-        if not isinstance(cfg, DecoderConfig):
-            raise TypeError(f"cfg must be a DecoderConfig, got {type(cfg).__name__}")
-        self.cfg = cfg
-        D, dh, G, F_ = cfg.d_model, cfg.head_dim, cfg.n_kv_heads, cfg.d_ff
-
-        def w(rows, cols, std):
-            return nn.Parameter(torch.randn(rows, cols, generator=generator) * std)
-
-        self.embed = w(cfg.vocab_size, D, 1.0)
-        self.layers = nn.ModuleList()
-        for _ in range(cfg.n_layers):
-            layer = nn.Module()
-            layer.wq, layer.wo = w(D, D, D**-0.5), w(D, D, D**-0.5)
-            layer.wk, layer.wv = w(D, G * dh, D**-0.5), w(D, G * dh, D**-0.5)
-            layer.w1, layer.w3 = w(D, F_, D**-0.5), w(D, F_, D**-0.5)
-            layer.w2 = w(F_, D, F_**-0.5)
-            layer.g_attn, layer.g_ffn = nn.Parameter(torch.ones(D)), nn.Parameter(torch.ones(D))
-            self.layers.append(layer)
-        self.g_out = nn.Parameter(torch.ones(D))
-        self.head = w(D, cfg.vocab_size, D**-0.5)
-        self.register_buffer("freqs", rope_frequencies(dh, cfg.rope_base), persistent=False)
-
-    def new_cache(self, batch: int, max_len: int):
-        """An empty cache of this model's shape, dtype and device (sliding if cfg.window)."""
-        c, p = self.cfg, self.embed
-        if c.window is not None:
-            return SlidingWindowCache(
-                c.n_layers,
-                batch,
-                c.n_kv_heads,
-                c.head_dim,
-                c.window,
-                c.sinks,
-                dtype=p.dtype,
-                device=p.device,
-            )
-        return KVCache(
-            c.n_layers, batch, c.n_kv_heads, c.head_dim, max_len, dtype=p.dtype, device=p.device
-        )
-
-    def hidden(self, tokens: torch.Tensor, cache=None) -> torch.Tensor:
-        """Final normalised hidden states (B, T_new, D) of the tokens (B, T_new)."""
-        c = self.cfg
-        if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.long or tokens.ndim != 2:
-            raise ValueError("tokens must be an int64 tensor of shape (B, T)")
-        if tokens.numel() == 0 or tokens.min() < 0 or tokens.max() >= c.vocab_size:
-            raise ValueError(f"tokens must be non-empty ids in [0, {c.vocab_size})")
-        if cache is not None and not isinstance(cache, (KVCache, SlidingWindowCache)):
-            raise TypeError(
-                f"cache must be a KVCache or SlidingWindowCache, got {type(cache).__name__}"
-            )
-        B, T = tokens.shape
-        H, G, dh = c.n_heads, c.n_kv_heads, c.head_dim
-        start = 0 if cache is None else cache.seq_len
-        q_pos = torch.arange(start, start + T, device=tokens.device)  # (T,) positions
-        x = self.embed[tokens]  # (B, T, D)
-        for i, layer in enumerate(self.layers):
-            h = rms_norm(x, layer.g_attn)
-            q = (h @ layer.wq).view(B, T, H, dh).transpose(1, 2)  # (B, T, D) -> (B, H, T, dh)
-            k = (h @ layer.wk).view(B, T, G, dh).transpose(1, 2)  # -> (B, G, T, dh)
-            v = (h @ layer.wv).view(B, T, G, dh).transpose(1, 2)  # -> (B, G, T, dh)
-            q, k = apply_rope(q, q_pos, self.freqs), apply_rope(k, q_pos, self.freqs)
-            if cache is None:
-                k_pos = q_pos
-            else:
-                k, v, k_pos = cache.update(i, k, v)  # (B, G, T_k, dh), (T_k,)
-            mask = visible(q_pos[:, None], k_pos[None, :], c.window, c.sinks)  # (T, T_k)
-            a, _ = grouped_attention(q, k, v, mask=mask)  # (B, H, T, dh)
-            x = x + a.transpose(1, 2).reshape(B, T, H * dh) @ layer.wo  # (B, T, D)
-            h = rms_norm(x, layer.g_ffn)
-            x = x + (F.silu(h @ layer.w1) * (h @ layer.w3)) @ layer.w2
-        return rms_norm(x, self.g_out)
-
-    def logits(self, h: torch.Tensor) -> torch.Tensor:
-        """Output head: (..., D) hidden states -> (..., V) logits."""
-        return h @ self.head
-
-    def forward(self, tokens: torch.Tensor, cache=None) -> torch.Tensor:
-        """Logits (B, T_new, V) of every new token; see the class docstring for ``cache``."""
-        return self.logits(self.hidden(tokens, cache))
-
-
-@torch.no_grad()
-def generate(
-    model: TinyDecoder, prompt: torch.Tensor, n_new: int, use_cache: bool = True
-) -> torch.Tensor:
-    """Greedy decoding of ``n_new`` tokens, with a KV cache or by recomputing the prefix.
-
-    With the cache: one forward pass over the prompt (prefill), then one token per step. Without:
-    every step runs the model over the whole sequence so far and keeps the last position. Both
-    apply the output head to the last position only.
-
-    Args:
-        model: a :class:`TinyDecoder`.
-        prompt: (B, P) int64 token ids, P >= 1.
-        n_new: number of tokens to generate (>= 1).
-
-    Returns:
-        (B, P + n_new) the prompt followed by the generated tokens.
-    """
-    if not isinstance(model, TinyDecoder):
-        raise TypeError(f"model must be a TinyDecoder, got {type(model).__name__}")
-    _check_int(n_new, "n_new")
-    if not isinstance(prompt, torch.Tensor) or prompt.dtype != torch.long or prompt.ndim != 2:
-        raise ValueError("prompt must be an int64 tensor of shape (B, P)")
-    tokens = prompt
-    cache = model.new_cache(prompt.shape[0], prompt.shape[1] + n_new) if use_cache else None
-    step_input = prompt
-    for _ in range(n_new):
-        h = model.hidden(step_input if use_cache else tokens, cache)  # (B, T_new, D)
-        nxt = model.logits(h[:, -1]).argmax(-1, keepdim=True)  # (B, 1)
-        tokens = torch.cat([tokens, nxt], dim=1)
-        step_input = nxt
-    return tokens
-
-
-def forward_flops(
-    cfg: DecoderConfig, n_tokens: int, n_keys: int, n_head_tokens: int, batch: int = 1
-) -> int:
-    """Matrix-multiply FLOPs (2 per multiply-add) of one :meth:`TinyDecoder.hidden` call.
-
-    n_tokens new tokens attend to n_keys keys each (the full score matrix is computed, then
-    masked); n_head_tokens positions go through the output head. Elementwise work (norms, RoPE,
-    softmax) is not counted, as in ``torch.utils.flop_counter``.
-    """
-    for n, name in ((n_tokens, "n_tokens"), (n_keys, "n_keys"), (batch, "batch")):
-        _check_int(n, name)
-    _check_int(n_head_tokens, "n_head_tokens", 0)
-    D, H, G, dh, F_ = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_ff
-    proj = 2 * n_tokens * (D * H * dh + 2 * D * G * dh + H * dh * D)  # W_q, W_k, W_v, W_o
-    ffn = 2 * n_tokens * 3 * D * F_
-    attn = 2 * 2 * H * n_tokens * n_keys * dh  # q k^T and A v
-    return batch * (cfg.n_layers * (proj + ffn + attn) + 2 * n_head_tokens * D * cfg.vocab_size)
-
-
-def generation_flops(
-    cfg: DecoderConfig, prompt_len: int, n_new: int, use_cache: bool, batch: int = 1
-) -> int:
-    """Matrix-multiply FLOPs of :func:`generate` (eq. 24.1's saving, counted exactly).
-
-    Cached: a prefill over the P prompt tokens, then n_new - 1 single-token steps against
-    P + i keys (under a window, the occupied slots, at most S + W, plus the new token).
-    Recomputed: n_new full passes over P + i tokens, i = 0..n_new-1.
-    """
-    _check_int(prompt_len, "prompt_len")
-    _check_int(n_new, "n_new")
-    P = prompt_len
-    if not use_cache:
-        return sum(forward_flops(cfg, P + i, P + i, 1, batch) for i in range(n_new))
-    cap = None if cfg.window is None else cfg.window + cfg.sinks
-    total = forward_flops(cfg, P, P, 1, batch)
-    for i in range(1, n_new):
-        old = P + i - 1
-        keys = (old if cap is None else min(old, cap)) + 1
-        total += forward_flops(cfg, 1, keys, 1, batch)
-    return total
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-@torch.no_grad()
-def decode_step_seconds(
-    model: TinyDecoder,
-    context_len: int,
-    use_cache: bool,
-    reps: int = 3,
-    generator: torch.Generator | None = None,
-) -> float:
-    """Wall-clock seconds of one decoding step at a given context length (median of ``reps``).
-
-    With the cache the step is one token against ``context_len - 1`` cached positions (the
-    prefill is not timed); without it, a forward pass over all ``context_len`` tokens and the
-    output head on the last one. Synchronises CUDA before reading the clock.
-    """
-    _check_int(context_len, "context_len", 2)
-    _check_int(reps, "reps")
-    dev = model.embed.device
-    tokens = torch.randint(0, model.cfg.vocab_size, (1, context_len), generator=generator)
-    tokens = tokens.to(dev)
-    times = []
-    for _ in range(reps + 1):  # the first run warms up and is discarded
-        if use_cache:
-            cache = model.new_cache(1, context_len)
-            model.hidden(tokens[:, :-1], cache)
-            _sync(dev)
-            t0 = time.perf_counter()
-            model.logits(model.hidden(tokens[:, -1:], cache)[:, -1])
-        else:
-            _sync(dev)
-            t0 = time.perf_counter()
-            model.logits(model.hidden(tokens)[:, -1])
-        _sync(dev)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times[1:])

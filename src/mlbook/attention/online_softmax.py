@@ -1,14 +1,11 @@
 """Online softmax: the softmax statistics computed in one streaming pass (chapter 26).
 
-A softmax needs the maximum m and the shifted sum l (eq. 26.1); both can be computed block by
-block, merging running pairs (eq. 26.2). The same rescaling carries the unnormalised attention
-output (eq. 26.3), divided by l at the end (eq. 26.4). The merge is associative.
+Running (m, l) merged block by block (eqs. 26.1-26.2), carrying the attention numerator
+(eq. 26.3), normalised at the end (eq. 26.4). An all-masked row finalises to 0, never nan.
 
 Shape legend
-    s      (..., n) scores (-inf = masked);  v  (n, d_v) or (..., n, d_v) values
-    m, l   (...) running maximum and sum of exp(s - m);  acc  (..., d_v) running numerator
-
-An all-masked row stays at (m, l, acc) = (-inf, 0, 0) and finalises to 0, never nan.
+    s  (..., n) scores, -inf = masked;  v  (n, d_v) or (..., n, d_v)
+    m, l  (...) running max and sum of exp(s - m);  acc  (..., d_v) running numerator
 """
 
 from __future__ import annotations
@@ -45,11 +42,8 @@ def _rescale(m_old: torch.Tensor, m_new: torch.Tensor) -> torch.Tensor:
 def softmax_stats(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Row maximum m = max_i s_i and shifted sum l = sum_i e^(s_i - m). Implements eq. 26.1.
 
-    Args:
-        s: (..., n) scores; -inf marks masked entries.
-
-    Returns:
-        m, l: (...) each; (-inf, 0) for an all-masked row.
+    s: (..., n) scores; -inf marks masked entries.
+    Returns m, l: (...) each; (-inf, 0) for an all-masked row.
     """
     s = _scores(s)
     m = s.max(dim=-1).values  # (...)
@@ -64,11 +58,8 @@ def softmax_stats(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def merge_stats(m_a, l_a, m_b, l_b) -> tuple[torch.Tensor, torch.Tensor]:
     """Statistics of the union of two disjoint parts of a row. Implements eq. 26.2.
 
-    Args:
-        m_a, l_a, m_b, l_b: (...) the two parts' statistics, all of one shape.
-
-    Returns:
-        (m, l): (...) with m = max(m_a, m_b), l = e^(m_a - m) l_a + e^(m_b - m) l_b.
+    m_a, l_a, m_b, l_b: (...) the two parts' statistics, all of one shape.
+    Returns (m, l): (...) with m = max(m_a, m_b), l = e^(m_a - m) l_a + e^(m_b - m) l_b.
     """
     for x, name in ((l_a, "l_a"), (m_b, "m_b"), (l_b, "l_b")):
         same_shape(m_a, x, ("m_a", name))  # no broadcast may mix rows
@@ -77,15 +68,9 @@ def merge_stats(m_a, l_a, m_b, l_b) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def streaming_stats(s: torch.Tensor, block_size: int, history: bool = False):
-    """(m, l) computed block by block. Implements eqs. 26.1-26.2.
+    """(m, l) of s (..., n) block by block. Implements eqs. 26.1-26.2.
 
-    Args:
-        s: (..., n) scores.
-        block_size: scores per block (need not divide n).
-        history: also return the running pair after every block.
-
-    Returns:
-        (m, l): (...) each; with ``history=True`` also the list of running pairs.
+    Returns (m, l), (...) each; with ``history=True`` also the running pair after every block.
     """
     s = _scores(s)
     block_size = positive_int(block_size, "block_size")
@@ -103,11 +88,8 @@ def streaming_stats(s: torch.Tensor, block_size: int, history: bool = False):
 def streaming_softmax(s: torch.Tensor, block_size: int) -> torch.Tensor:
     """softmax(s) along the last axis, e^(s_i - m) / l, from the streamed statistics.
 
-    Args:
-        s: (..., n) scores;  block_size: as :func:`streaming_stats`.
-
-    Returns:
-        (..., n) probabilities; an all-masked row gives zeros.
+    s: (..., n) scores;  block_size: as :func:`streaming_stats`.
+    Returns (..., n) probabilities; an all-masked row gives zeros.
     """
     m, l = streaming_stats(s, block_size)
     m_safe = torch.where(m == float("-inf"), torch.zeros_like(m), m)
@@ -121,12 +103,8 @@ def streaming_softmax(s: torch.Tensor, block_size: int) -> torch.Tensor:
 def block_state(s: torch.Tensor, v: torch.Tensor):
     """The partial state (m, l, acc) of one block of keys, acc = sum_j e^(s_j - m) v_j.
 
-    Args:
-        s: (..., B) scores of the block's keys.
-        v: (..., B, d_v) or (B, d_v) the block's values.
-
-    Returns:
-        m, l: (...);  acc: (..., d_v).
+    s: (..., B) scores of the block's keys;  v: (..., B, d_v) or (B, d_v) the block's values.
+    Returns m, l: (...);  acc: (..., d_v).
     """
     s = _scores(s)
     m, l = softmax_stats(s)
@@ -139,11 +117,8 @@ def block_state(s: torch.Tensor, v: torch.Tensor):
 def merge_states(state_a, state_b):
     """Merge two partial attention states (m, l, acc) over disjoint keys. Implements eqs. 26.2-26.3.
 
-    Args:
-        state_a, state_b: tuples (m (...), l (...), acc (..., d_v)).
-
-    Returns:
-        the merged (m, l, acc).
+    state_a, state_b: tuples (m (...), l (...), acc (..., d_v)).
+    Returns the merged (m, l, acc).
     """
     (m_a, l_a, acc_a), (m_b, l_b, acc_b) = state_a, state_b
     same_shape(acc_a, acc_b, ("acc_a", "acc_b"))
@@ -155,11 +130,8 @@ def merge_states(state_a, state_b):
 def finalize(acc: torch.Tensor, l: torch.Tensor) -> torch.Tensor:
     """attn = acc / l, 0 for an all-masked row. Implements eq. 26.4.
 
-    Args:
-        acc: (..., d_v) numerator;  l: (...) denominator.
-
-    Returns:
-        (..., d_v) attention output.
+    acc: (..., d_v) numerator;  l: (...) denominator.
+    Returns (..., d_v) attention output.
     """
     same_shape(acc[..., 0], l, ("acc[..., 0]", "l"))  # no broadcast may mix rows
     l_safe = torch.where(l == 0, torch.ones_like(l), l)
@@ -171,13 +143,7 @@ def streaming_attention(
 ) -> torch.Tensor:
     """softmax(scale q k^T) v with keys streamed in blocks. Implements eqs. 26.1-26.4.
 
-    Args:
-        q: (..., d) one query or (..., T_q, d) several.
-        k: (n, d) keys;  v: (n, d_v) values.
-        block_size: keys per block;  scale: default 1/sqrt(d).
-
-    Returns:
-        (..., d_v) or (..., T_q, d_v).
+    q: (..., d);  k: (n, d);  v: (n, d_v);  scale: default 1/sqrt(d). Returns (..., d_v).
     """
     k = float_tensor(k, "k", ndim=2, not_empty=True)
     v = shape_is(float_tensor(v, "v", ndim=2), "v", (k.shape[0], None))  # one value per key

@@ -1,13 +1,10 @@
 """Absolute and bias-based positional information for attention (chapter 21).
 
-Attention treats its input as a set (eq. 21.1); position enters as a table added to the
-embeddings (sinusoidal, eqs. 21.2-21.3, or learned), as a rotation of queries and keys (RoPE,
-:mod:`mlbook.attention.rope`, eq. 21.4), or as a score bias falling with distance (ALiBi, eq. 21.5).
-The sinusoidal table interleaves its pairs: column 2i holds sin(t theta_i), column 2i+1 the cos.
+Sinusoidal tables (eqs. 21.2-21.3; column 2i sine, 2i+1 cosine), learned tables, and ALiBi's
+score bias (eq. 21.5), entering attention by :func:`biased_attention` (eq. 21.1).
 
 Shape legend
-    T  sequence length (Tq queries, Tk keys);  d  model or head width;  H  heads
-    ...  leading batch axes, e.g. (B, H)
+    T  length (Tq queries, Tk keys);  d  width;  H  heads;  ...  leading axes, e.g. (B, H)
 """
 
 from __future__ import annotations
@@ -59,12 +56,8 @@ def biased_attention(
 ) -> torch.Tensor:
     """``softmax(q k^T / sqrt(d_h) + bias) v``. Implements eq. 21.1.
 
-    Args:
-        q: (..., Tq, d_h);  k: (..., Tk, d_h);  v: (..., Tk, d_v).
-        bias: optional, broadcastable to (..., Tq, Tk); ALiBi (eq. 21.5) or -inf = masked.
-
-    Returns:
-        (..., Tq, d_v) the attention outputs.
+    q: (..., Tq, d_h);  k: (..., Tk, d_h);  v: (..., Tk, d_v);  bias: broadcastable to
+    (..., Tq, Tk).
     """
     q, k, v = (float_tensor(t, n, min_ndim=2) for t, n in zip((q, k, v), "qkv", strict=True))
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., Tq, Tk)
@@ -77,9 +70,7 @@ def causal_bias(t_q: int, t_k: int | None = None, dtype: torch.dtype = torch.flo
     """The causal mask as an additive bias: 0 where key s <= query t, ``-inf`` where s > t.
 
     With ``t_k > t_q`` the queries are the last ``t_q`` positions (as in a KV cache).
-
-    Returns:
-        (Tq, Tk) bias.
+    Returns (Tq, Tk) bias.
     """
     t_q = positive_int(t_q, "t_q")
     t_k = t_q if t_k is None else positive_int(t_k, "t_k")
@@ -97,8 +88,7 @@ def causal_bias(t_q: int, t_k: int | None = None, dtype: torch.dtype = torch.flo
 def inverse_frequencies(d: int, base: float = 10000.0) -> torch.Tensor:
     """The frequency ladder ``theta_i = base^(-2i/d)``, i = 0..d/2-1. Implements eq. 21.3.
 
-    Returns:
-        (d/2,) float64 frequencies, decreasing from 1.
+    Returns (d/2,) float64 frequencies, decreasing from 1.
     """
     d = even_int(d, "d")
     base = number(base, "base", 1.0, open_low=True)
@@ -107,16 +97,9 @@ def inverse_frequencies(d: int, base: float = 10000.0) -> torch.Tensor:
 
 
 def sinusoidal_encoding(positions, d: int, base: float = 10000.0) -> torch.Tensor:
-    """The sinusoidal position table: ``p[t, 2i] = sin(t theta_i)``, ``p[t, 2i+1] = cos``.
+    """The (T, d) sinusoidal table, ``p[t, 2i] = sin(t theta_i)``, ``cos`` at 2i+1. Eqs. 21.2-21.3.
 
-    Implements eq. 21.2 with the frequencies of eq. 21.3.
-
-    Args:
-        positions: an int T (positions 0..T-1) or a (T,) tensor of positions.
-        d: the model width, even.
-
-    Returns:
-        (T, d) float64 table.
+    positions: an int T (0..T-1) or a (T,) tensor;  d: even.
     """
     t = _positions(positions)
     theta = inverse_frequencies(d, base)
@@ -143,9 +126,7 @@ def sinusoidal_shift_matrix(k: float, d: int, base: float = 10000.0) -> torch.Te
     """The linear map moving a sinusoidal encoding by ``k`` positions: ``p[t+k] = M_k p[t]``.
 
     Block diagonal, one 2x2 rotation by ``k theta_i`` per (sin, cos) pair; independent of t.
-
-    Returns:
-        (d, d) float64 matrix (column-vector convention).
+    Returns (d, d) float64 matrix (column-vector convention).
     """
     b = number(k, "k") * inverse_frequencies(d, base)  # (d/2,) rotation angles
     m = torch.zeros(d, d, dtype=torch.float64)
@@ -161,9 +142,7 @@ def sinusoidal_shift_matrix(k: float, d: int, base: float = 10000.0) -> torch.Te
 class LearnedPositionalEmbedding(nn.Module):
     """A learned table of ``max_len`` position vectors (BERT, GPT-2): an ``nn.Embedding``.
 
-    Args:
-        max_len: number of positions in the table (no row for a position beyond it).
-        d: model width.
+    max_len: number of positions in the table (no row for a position beyond it);  d: model width.
     """
 
     def __init__(self, max_len: int, d: int):
@@ -182,11 +161,7 @@ class LearnedPositionalEmbedding(nn.Module):
 def alibi_slopes(n_heads: int) -> torch.Tensor:
     """ALiBi's per-head slopes ``m_h = 2^(-8h/H)``, h = 1..H, for H a power of two.
 
-    Other H (Press et al.): the slopes of the largest power of two P < H, then every other
-    slope of 2P heads until there are H.
-
-    Returns:
-        (H,) float64 slopes, decreasing.
+    Returns (H,) float64 slopes, decreasing.
     """
     n_heads = positive_int(n_heads, "n_heads")
 
@@ -203,16 +178,10 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
 def alibi_bias(
     slopes: torch.Tensor, t: int, *, form: str = "relative", causal: bool = True
 ) -> torch.Tensor:
-    """ALiBi's additive score bias, one (T, T) matrix per head. Implements eq. 21.5.
+    """ALiBi's (H, T, T) score bias from (H,) slopes. Implements eq. 21.5.
 
-    Args:
-        slopes: (H,) positive slopes;  t: sequence length T.
-        form: ``"relative"``, ``-m_h |t - s|``, or ``"key"``, ``+m_h s`` (the same after the
-            causal mask: they differ by a constant per row, which the softmax ignores).
-        causal: entries with s > t are ``-inf``.
-
-    Returns:
-        (H, T, T) float64 bias, to add to the (..., H, T, T) scores.
+    form: ``"relative"`` (-m_h |t - s|) or ``"key"`` (+m_h s, equal after the softmax when causal);
+    causal: entries with s > t are ``-inf``.
     """
     slopes = positive_entries(nonempty(shape_is(slopes, "slopes", (None,)), "slopes"), "slopes")
     t = positive_int(t, "t")

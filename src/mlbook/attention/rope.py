@@ -1,17 +1,12 @@
 """Rotary position embeddings (RoPE): rotate queries and keys by their positions (chapter 21).
 
-Plane i of a head of width d turns by ``m * theta_i`` at position m, ``theta_i = b^(-2i/d)``
-(eq. 21.3); rotated scores depend on positions only through n - m (eq. 21.4).
-:func:`apply_rope` pairs ``(x[i], x[i + d/2])`` (half-split, GPT-NeoX and Hugging Face Llama);
-the interleaved pairing ``(x[2i], x[2i + 1])`` (RoFormer, Meta's Llama) is the same map up to
-``interleave_permutation(d)``. Context extension: ``"pi"``, ``"ntk"``, ``"yarn"``
-(:func:`rope_frequencies`). Naive references: :func:`apply_rope_complex`,
-:func:`rope_rotation_matrix`.
+Half-split pairing ``(x[i], x[i + d/2])`` (GPT-NeoX, Hugging Face Llama); the interleaved one
+``(x[2i], x[2i + 1])`` differs by ``interleave_permutation(d)``. Context extension: "pi",
+"ntk", "yarn". Naive references: :func:`apply_rope_complex`, :func:`rope_rotation_matrix`.
 
 Shape legend
-    x          (..., T, d) queries or keys, e.g. (B, H, T, d); d even
-    positions  (T,) positions, or any shape broadcastable to x.shape[:-1]
-    freqs      (d/2,) angular frequencies theta_i, radians per position
+    x  (..., T, d) queries or keys, d even;  positions  (T,) or broadcastable to x.shape[:-1]
+    freqs  (d/2,) angular frequencies theta_i
 """
 
 from __future__ import annotations
@@ -55,17 +50,10 @@ def rope_frequencies(
     beta_fast: float = 32.0,
     beta_slow: float = 1.0,
 ) -> torch.Tensor:
-    """RoPE's frequencies ``theta_i = base^(-2i/d)``, optionally scaled. Implements eq. 21.3.
+    """RoPE's frequencies ``theta_i = base^(-2i/d)``, scaled by s for longer contexts. Eq. 21.3.
 
-    Args:
-        d: head width, even;  base: b (10000 in Llama 2, 500000 in Llama 3).
-        scale: s >= 1, the context extension factor (1: unchanged for every method).
-        method: ``"pi"`` (divide by s), ``"ntk"`` (base b s^(d/(d-2))) or ``"yarn"``
-            (NTK-by-parts: a ramp between ``beta_fast`` and ``beta_slow`` rotations).
-        original_max_len: the trained context length L (``"yarn"`` only).
-
-    Returns:
-        (d/2,) float64 frequencies.
+    method: ``"pi"`` (theta / s), ``"ntk"`` (base s^(d/(d-2))) or ``"yarn"`` (a ramp between
+    ``beta_fast`` and ``beta_slow`` rotations in ``original_max_len``). Returns (d/2,) float64.
     """
     scale = number(scale, "scale", 1.0)
     one_of(method, "method", ("pi", "ntk", "yarn"))
@@ -110,11 +98,8 @@ def _angles(x: torch.Tensor, positions, freqs: torch.Tensor, work: torch.dtype) 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     """``(x1, x2) -> (-x2, x1)`` on the halves of the last axis: a quarter turn of each plane.
 
-    Args:
-        x: (..., d), d even.
-
-    Returns:
-        (..., d).
+    x: (..., d), d even.
+    Returns (..., d).
     """
     if x.shape[-1] % 2:  # an odd width would silently shift the halves
         raise ValueError(f"x must have an even last axis, got shape {tuple(x.shape)}")
@@ -125,13 +110,7 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 def apply_rope(x: torch.Tensor, positions: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
     """Rotate each plane ``(x[i], x[i+d/2])`` by ``m * theta_i``. Implements eq. 21.4.
 
-    ``x * cos + rotate_half(x) * sin``, angles in float32 (float64 for float64 input).
-
-    Args:
-        x: (..., T, d);  positions: (T,) or broadcastable to x.shape[:-1];  freqs: (d/2,).
-
-    Returns:
-        (..., T, d) rotated x, in x's dtype.
+    x: (..., T, d);  positions: (T,) or broadcastable to x.shape[:-1];  freqs: (d/2,).
     """
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
     angles = _angles(x, positions, freqs, work)  # (..., T, d/2)
@@ -144,14 +123,9 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, freqs: torch.Tensor) ->
 def apply_rope_complex(
     x: torch.Tensor, positions: torch.Tensor, freqs: torch.Tensor, *, pairing: str = "half"
 ) -> torch.Tensor:
-    """Reference RoPE: multiply each plane, as a complex number, by ``exp(i m theta_i)`` (eq. 21.4).
+    """Reference RoPE: each plane times ``exp(i m theta_i)``. Implements eq. 21.4.
 
-    Args:
-        x, positions, freqs: as :func:`apply_rope`.
-        pairing: ``"half"`` (equals :func:`apply_rope`) or ``"interleaved"`` (x[2i], x[2i+1]).
-
-    Returns:
-        (..., T, d) rotated x, in x's dtype.
+    ``pairing``: ``"half"`` (as :func:`apply_rope`) or ``"interleaved"`` (x[2i], x[2i+1]).
     """
     one_of(pairing, "pairing", ("half", "interleaved"))
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
@@ -173,8 +147,7 @@ def apply_rope_complex(
 def interleave_permutation(d: int) -> torch.Tensor:
     """Index turning an interleaved layout into a half-split one: ``x_half = x_inter[..., perm]``.
 
-    Returns:
-        (d,) int64 ``[0, 2, ..., d-2, 1, 3, ..., d-1]``; its inverse is ``torch.argsort(perm)``.
+    Returns (d,) int64 ``[0, 2, ..., d-2, 1, 3, ..., d-1]``; its inverse is ``torch.argsort(perm)``.
     """
     if integer(d, "d", low=2) % 2:
         raise ValueError(f"d must be even, got {d}")
@@ -185,9 +158,7 @@ def rope_rotation_matrix(position: float, freqs: torch.Tensor) -> torch.Tensor:
     """The explicit (d, d) rotation ``R_m`` of RoPE, half-split layout, built with loops.
 
     ``apply_rope(x, m, freqs) == x @ R_m.T``. Args: position m;  freqs (d/2,).
-
-    Returns:
-        (d, d) float64 block rotation matrix.
+    Returns (d, d) float64 block rotation matrix.
     """
     position = number(position, "position")
     freqs = float_tensor(freqs, "freqs", ndim=1, not_empty=True)
@@ -203,11 +174,8 @@ def rope_rotation_matrix(position: float, freqs: torch.Tensor) -> torch.Tensor:
 def rope_score_kernel(distances: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
     """Expected RoPE score at distance n - m relative to distance 0: ``mean_i cos(k theta_i)``.
 
-    Args:
-        distances: (N,) relative distances k = n - m;  freqs: (d/2,).
-
-    Returns:
-        (N,) float64 values in [-1, 1].
+    distances: (N,) relative distances k = n - m;  freqs: (d/2,).
+    Returns (N,) float64 values in [-1, 1].
     """
     for name, t in (("distances", distances), ("freqs", freqs)):
         nonempty(shape_is(t, name, (None,)), name)  # (N, 1) would broadcast to (N, d/2)

@@ -1,14 +1,11 @@
 """Tiled attention in plain torch: FlashAttention's algorithm without a custom kernel (chapter 26).
 
-:func:`tiled_attention` walks over (block_q, block_k) tiles of the score matrix with the online
-softmax (eqs. 26.1-26.4); :func:`tiled_attention_naive` materialises the whole matrix.
-:func:`largest_intermediate_bytes` measures the largest tensor a function allocates.
+:func:`tiled_attention` (online softmax over tiles, eqs. 26.1-26.4) beside
+:func:`tiled_attention_naive` (the whole score matrix); :func:`largest_intermediate_bytes`.
 
 Shape legend
     q  (..., T_q, d)   k  (..., T_k, d)   v  (..., T_k, d_v)   out  (..., T_q, d_v)
-    b_q, b_k  queries and keys per tile;  lse  (..., T_q) log-sum-exp m + log l of each query
-
-Causal masks are bottom-right aligned (query i sees keys j <= i + T_k - T_q; needs T_q <= T_k).
+    b_q, b_k  queries and keys per tile;  lse  (..., T_q) log-sum-exp of each query
 """
 
 from __future__ import annotations
@@ -42,15 +39,9 @@ def _inputs(q, k, v, causal, scale):
 def tiled_attention_naive(
     q, k, v, causal: bool = False, scale: float | None = None
 ) -> torch.Tensor:
-    """Reference for :func:`tiled_attention`: softmax(scale q k^T) v with the full score matrix.
+    """Reference for :func:`tiled_attention`: softmax(scale q k^T) v with the whole score matrix.
 
-    Args:
-        q: (..., T_q, d);  k: (..., T_k, d);  v: (..., T_k, d_v).
-        causal: bottom-right causal mask (needs T_q <= T_k).
-        scale: score multiplier, default 1/sqrt(d).
-
-    Returns:
-        out: (..., T_q, d_v).
+    q: (..., T_q, d);  k: (..., T_k, d);  v: (..., T_k, d_v). Returns (..., T_q, d_v).
     """
     q, k, v, c = _inputs(q, k, v, causal, scale)
     T_q, T_k = q.shape[-2], k.shape[-2]
@@ -77,16 +68,9 @@ def tiled_attention(
 ):
     """Attention over (block_q, block_k) tiles with the online softmax. Implements eqs. 26.1-26.4.
 
-    Args:
-        q: (..., T_q, d);  k: (..., T_k, d);  v: (..., T_k, d_v); leading axes equal.
-        causal: bottom-right causal mask (needs T_q <= T_k); skips tiles right of the diagonal.
-        scale: score multiplier, default 1/sqrt(d).
-        block_q: queries per tile; ``None`` takes all queries at once.
-        block_k: keys per tile (need not divide T_k).
-        return_lse: also return the log-sum-exp m + log l of every query.
-
-    Returns:
-        out: (..., T_q, d_v), and ``lse`` (..., T_q) if ``return_lse``.
+    q: (..., T_q, d);  k: (..., T_k, d);  v: (..., T_k, d_v);  causal: skips tiles right of the
+    diagonal;  block_q: None for all queries at once.
+    Returns out (..., T_q, d_v), and ``lse`` (..., T_q) if ``return_lse``.
     """
     q, k, v, c = _inputs(q, k, v, causal, scale)
     block_q = None if block_q is None else positive_int(block_q, "block_q")
@@ -152,11 +136,7 @@ class _LargestTensor(TorchFunctionMode):
 def largest_intermediate_bytes(fn, *args, **kwargs) -> tuple[int, str]:
     """Run ``fn(*args, **kwargs)``; return the bytes of the largest tensor it allocated.
 
-    Every torch call inside ``fn`` is intercepted; results that own memory (not views) are
-    measured, the output included, the inputs not. Works on ``device="meta"`` tensors.
-
-    Returns:
-        (nbytes, description), e.g. ``(262144, "matmul -> (256, 256) ...")``.
+    Returns (nbytes, description), e.g. ``(262144, "matmul -> (256, 256) ...")``.
     """
     mode = _LargestTensor()
     with mode:
@@ -174,19 +154,7 @@ def predicted_largest_bytes(
     block_k: int | None = None,
     batch: int = 1,
 ) -> int:
-    """The largest tensor of :func:`tiled_attention_naive` (no blocks) or :func:`tiled_attention`.
-
-    naive: batch * max(T_q T_k, T_q d_v) numbers; tiled: batch * max(b_q b_k, b_q d, T_q d_v),
-    with b_q = min(block_q, T_q) (T_q for ``None``) and b_k = min(block_k, T_k).
-
-    Args:
-        T_q, T_k, d, d_v: the attention's sizes;  itemsize: bytes per number.
-        block_q, block_k: ``None`` for both means naive; tiled needs block_k.
-        batch: product of the leading axes.
-
-    Returns:
-        bytes.
-    """
+    """Bytes of the largest tensor of :func:`tiled_attention` (or naive, without blocks)."""
     for val, name in zip(
         (T_q, T_k, d, d_v, itemsize, batch),
         ("T_q", "T_k", "d", "d_v", "itemsize", "batch"),

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..validation import float_array, same_shape
+
 __all__ = [
     "OpCount",
     "count_ops",
@@ -80,11 +82,7 @@ _NUMPY_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 
 @dataclass(eq=False)  # counters compare by identity: two with equal counts are still different
 class OpCount:
-    """How many primitive operations ran, by kind (one per primitive call, whatever its size).
-
-    ``primal``: values computed (one per node of the graph). ``tangent``: forward-mode tangent
-    terms, one per (node, input) edge. ``adjoint``: reverse-mode adjoint terms, one per edge.
-    """
+    """How many primitive operations ran, by kind (one per primitive call, whatever its size)."""
 
     primal: int = 0
     tangent: int = 0
@@ -114,20 +112,11 @@ def _tick(kind: str, k: int = 1) -> None:
         setattr(c, kind, getattr(c, kind) + k)
 
 
-def _as_float_array(x, name: str) -> np.ndarray | float:
-    """A Python float for scalars, a float64 array otherwise; rejects non-numeric input."""
+def _float(x, name: str) -> np.ndarray | float:
+    """A Python float for numbers, a float64 array otherwise."""
     if type(x) is float:  # the common case, fast
         return x
-    if isinstance(x, bool) or (isinstance(x, np.ndarray) and x.dtype == bool):
-        raise TypeError(f"{name} must be numeric, got a boolean")
-    if isinstance(x, numbers.Real):
-        return float(x)
-    arr = np.asarray(x)
-    if arr.dtype == object or not np.issubdtype(arr.dtype, np.number):
-        raise TypeError(f"{name} must be a number or a numeric array, got {type(x).__name__}")
-    if np.iscomplexobj(arr):
-        raise TypeError(f"{name} must be real, got dtype {arr.dtype}")
-    return arr.astype(np.float64)
+    return float(x) if isinstance(x, numbers.Real) else float_array(x, name)
 
 
 # --- forward mode: dual numbers (eq. 10.1) -------------------------------------------------------
@@ -151,13 +140,7 @@ class _UnaryMethods:
 
 
 class Dual(_UnaryMethods):
-    """A value with a tangent, ``value + tangent * eps`` with ``eps**2 = 0`` (eq. 10.1).
-
-    Every operation maps ``(x, x_dot)`` to ``(f(x), f'(x) x_dot)``, the chain rule applied to one
-    direction: after the last operation the tangent of the output is ``J u_dot``. Values and
-    tangents are floats or float64 arrays of the same shape; plain numbers and arrays mixed in
-    are constants (tangent zero).
-    """
+    """A value with a tangent, ``value + tangent * eps`` with ``eps**2 = 0`` (eq. 10.1)."""
 
     __slots__ = ("value", "tangent")
     __array_ufunc__ = None  # make NumPy defer to our reflected operators (W @ dual)
@@ -166,8 +149,8 @@ class Dual(_UnaryMethods):
         if type(value) is float and type(tangent) is float:  # fast path for scalar duals
             self.value, self.tangent = value, tangent
             return
-        self.value = _as_float_array(value, "value")
-        tangent = _as_float_array(tangent, "tangent")
+        self.value = _float(value, "value")
+        tangent = _float(tangent, "tangent")
         if np.shape(tangent) != np.shape(self.value):
             if np.ndim(tangent) == 0 and float(tangent) == 0.0:
                 tangent = np.zeros_like(self.value) if np.ndim(self.value) else 0.0
@@ -188,11 +171,11 @@ class Dual(_UnaryMethods):
             return x.value, x.tangent
         if isinstance(x, (Scalar, Tensor)):
             raise TypeError(f"cannot mix Dual with {type(x).__name__}")
-        return _as_float_array(x, "operand"), None
+        return _float(x, "operand"), None
 
     def _binary(self, other, f, df_dx, df_dy, swap=False):
-        """z = f(x, y) with tangent ``df_dx(x, y, x_dot) + df_dy(x, y, y_dot)``; a constant
-        operand (tangent None) contributes no term."""
+        """z = f(x, y) with tangent ``df_dx(x, y, x_dot) + df_dy(x, y, y_dot)``; a constant operand
+        (tangent None) contributes no term."""
         (xv, xt), (yv, yt) = self._split(self), self._split(other)
         if swap:
             (xv, xt), (yv, yt) = (yv, yt), (xv, xt)
@@ -210,7 +193,7 @@ class Dual(_UnaryMethods):
         )
 
     def __add__(self, other):
-        """z = x + y: ``z_dot = x_dot + y_dot``."""
+        """z = x + y: ``z_dot = x_dot + y_dot``. Implements eq. 10.3."""
         return self._binary(other, operator.add, lambda x, y, t: t, lambda x, y, t: t)
 
     def __radd__(self, other):
@@ -223,7 +206,7 @@ class Dual(_UnaryMethods):
         return self._binary(other, operator.sub, lambda x, y, t: t, lambda x, y, t: -t, swap=True)
 
     def __mul__(self, other):
-        """z = x y: ``z_dot = x_dot y + x y_dot`` (the product rule)."""
+        """z = x y: ``z_dot = x_dot y + x y_dot`` (the product rule). Implements eq. 10.4."""
         return self._binary(other, operator.mul, lambda x, y, t: t * y, lambda x, y, t: x * t)
 
     def __rmul__(self, other):
@@ -232,12 +215,12 @@ class Dual(_UnaryMethods):
         )
 
     def __matmul__(self, other):
-        """Y = A W: ``Y_dot = A_dot W + A W_dot``."""
-        return self._binary(other, _checked_matmul, lambda a, w, t: t @ w, lambda a, w, t: a @ t)
+        """Y = A W: ``Y_dot = A_dot W + A W_dot``. Implements eq. 10.5."""
+        return self._binary(other, operator.matmul, lambda a, w, t: t @ w, lambda a, w, t: a @ t)
 
     def __rmatmul__(self, other):
         return self._binary(
-            other, _checked_matmul, lambda a, w, t: t @ w, lambda a, w, t: a @ t, swap=True
+            other, operator.matmul, lambda a, w, t: t @ w, lambda a, w, t: a @ t, swap=True
         )
 
     def __neg__(self):
@@ -280,17 +263,10 @@ class Dual(_UnaryMethods):
 
 
 def _nonzero(c):
-    c = _as_float_array(c, "divisor")
+    c = _float(c, "divisor")
     if np.any(np.asarray(c) == 0):
         raise ValueError("division by a constant zero")
     return c
-
-
-def _checked_matmul(a, w):
-    a, w = np.asarray(a), np.asarray(w)
-    if a.ndim not in (1, 2) or w.ndim not in (1, 2) or a.shape[-1] != w.shape[0]:
-        raise ValueError(f"matmul needs (B, K) @ (K, N) (or vectors), got {a.shape} @ {w.shape}")
-    return a @ w
 
 
 def _unary_derivative(name: str, x, y):
@@ -306,29 +282,15 @@ def _unary_derivative(name: str, x, y):
     raise ValueError(f"unknown unary op {name!r}; expected one of {UNARY_OPS}")
 
 
-def _as_vector(x, name: str) -> np.ndarray:
-    arr = _as_float_array(x, name)
-    arr = np.atleast_1d(np.asarray(arr, dtype=np.float64))
-    if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"{name} must be a non-empty vector (n,), got shape {arr.shape}")
-    return arr
-
-
 def jvp(f: Callable, u, u_dot) -> tuple[np.ndarray, np.ndarray]:
     """Forward mode: ``(f(u), J_f(u) u_dot)`` in one pass with dual numbers (eq. 10.1).
 
-    Args:
-        f: maps a :class:`Dual` holding an (n,) vector to a Dual holding a scalar or an (m,)
-            vector, using only operations that Dual implements.
-        u: (n,) the point.
-        u_dot: (n,) the input tangent.
-
-    Returns:
-        ``v`` of shape () or (m,), and ``v_dot = J u_dot`` of the same shape.
-    """
-    u, u_dot = _as_vector(u, "u"), _as_vector(u_dot, "u_dot")
-    if u.shape != u_dot.shape:
-        raise ValueError(f"u has shape {u.shape} but u_dot has shape {u_dot.shape}")
+    f: maps a :class:`Dual` holding an (n,) vector to a Dual holding a scalar or an (m,) vector,
+    using only operations that Dual implements. u: (n,) the point. u_dot: (n,) the input tangent.
+    Returns ``v`` of shape () or (m,), and ``v_dot = J u_dot`` of the same shape."""
+    u = float_array(np.atleast_1d(u), "u", ndim=1, not_empty=True)
+    u_dot = float_array(np.atleast_1d(u_dot), "u_dot")
+    same_shape(u, u_dot, ("u", "u_dot"))
     out = f(Dual(u, u_dot))
     if not isinstance(out, Dual):
         raise TypeError(f"f must return a Dual, got {type(out).__name__}")
@@ -337,7 +299,7 @@ def jvp(f: Callable, u, u_dot) -> tuple[np.ndarray, np.ndarray]:
 
 def jacobian_forward(f: Callable, u) -> np.ndarray:
     """The (m, n) Jacobian by n forward passes, column j = J e_j (eq. 10.1 with u_dot = e_j)."""
-    u = _as_vector(u, "u")
+    u = float_array(np.atleast_1d(u), "u", ndim=1, not_empty=True)
     eye = np.eye(u.size)
     columns = [np.atleast_1d(jvp(f, u, eye[j])[1]) for j in range(u.size)]  # n x (m,)
     return np.stack(columns, axis=1)  # (m, n)
@@ -347,11 +309,7 @@ def jacobian_forward(f: Callable, u) -> np.ndarray:
 
 
 def topological_order_recursive(root) -> list:
-    """Naive reference: every node after its parents, by recursive depth-first search.
-
-    Fails with ``RecursionError`` once the graph is deeper than Python's recursion limit
-    (about a thousand nodes); :func:`topological_order` returns the same list without recursion.
-    """
+    """Naive reference: every node after its parents, by recursive depth-first search."""
     if not hasattr(root, "parents"):
         raise TypeError(f"root must be a graph node (Scalar or Tensor), got {type(root).__name__}")
     order, seen = [], set()
@@ -369,12 +327,7 @@ def topological_order_recursive(root) -> list:
 
 
 def topological_order(root) -> list:
-    """Every node reachable from ``root``, each after all of its parents (inputs first).
-
-    Iterative depth-first search with an explicit stack of (node, iterator over its parents),
-    so a chain of a million operations needs no recursion. The order is exactly that of
-    :func:`topological_order_recursive`: a node is appended when its last parent is done.
-    """
+    """Every node reachable from ``root``, each after all of its parents (inputs first)."""
     if not hasattr(root, "parents"):
         raise TypeError(f"root must be a graph node (Scalar or Tensor), got {type(root).__name__}")
     order, seen = [], {id(root)}
@@ -395,19 +348,9 @@ def topological_order(root) -> list:
 def backward(root, grad=None) -> list:
     """Reverse mode: set ``node.grad = v_bar J_node`` for every node of root's graph (eq. 10.2).
 
-    Sweeps the nodes in reverse topological order, so each node's adjoint is complete (all of
-    its consumers have added into it) before it is pulled back to its parents, and adds each
-    parent's share with ``+=`` (eqs. 10.3-10.5). Gradients are reset first, not accumulated
-    across calls.
-
-    Args:
-        root: a :class:`Scalar` or :class:`Tensor`, the output v.
-        grad: the seed adjoint v_bar, same shape as ``root.value``; default 1 (for a scalar
-            output this makes ``leaf.grad`` the gradient of the output).
-
-    Returns:
-        The topological order that was used (inputs first).
-    """
+    root: a :class:`Scalar` or :class:`Tensor`, the output v. grad: the seed adjoint v_bar, same
+    shape as ``root.value``; default 1 (for a scalar output this makes ``leaf.grad`` the gradient
+    of the output). Returns the topological order that was used (inputs first)."""
     order = topological_order(root)
     if grad is None:
         if np.ndim(root.value) != 0:
@@ -416,7 +359,7 @@ def backward(root, grad=None) -> list:
                 "explicit grad (the seed v_bar) of the same shape"
             )
         grad = 1.0
-    grad = _as_float_array(grad, "grad")
+    grad = _float(grad, "grad")
     if isinstance(root, Scalar) and np.ndim(grad) == 0:
         grad = float(grad)  # a Scalar graph carries Python floats throughout
     if np.shape(grad) != np.shape(root.value):
@@ -443,24 +386,14 @@ def backward(root, grad=None) -> list:
 def gradient(root, wrt: Sequence, grad=None) -> list:
     """The derivatives of ``root`` with respect to the nodes in ``wrt``, by one reverse pass.
 
-    Like :func:`backward`, but returns ``[d root / d w for w in wrt]`` and gives zero (not a
-    stale value) for a node that ``root`` does not depend on.
-
-    Args:
-        root: the output node; ``grad`` is its seed v_bar (default 1 for a scalar output).
-        wrt: the nodes (usually the inputs) to differentiate with respect to.
-    """
+    root: the output node; ``grad`` is its seed v_bar (default 1 for a scalar output). wrt: the
+    nodes (usually the inputs) to differentiate with respect to."""
     reached = {id(node) for node in backward(root, grad)}
     return [w.grad if id(w) in reached else w._zero() for w in wrt]
 
 
 class Scalar(_UnaryMethods):
-    """A float in a computation graph: value, parents, and local partial derivatives.
-
-    Each operation records ``d(out)/d(parent)`` for its parents at forward time; the reverse
-    sweep multiplies them by the output's adjoint and adds the product into each parent's
-    adjoint, exactly as in eqs. 10.3 (add) and 10.4 (mul).
-    """
+    """A float in a computation graph: value, parents, and local partial derivatives (eq. 10.3)."""
 
     __slots__ = ("value", "parents", "local_grads", "op", "grad")
     __array_ufunc__ = None
@@ -553,13 +486,8 @@ class Scalar(_UnaryMethods):
 def unbroadcast(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """Sum ``grad`` over the axes that broadcasting added or stretched, so it has ``shape``.
 
-    Broadcasting uses one entry many times; by eq. 10.3 its adjoint is the sum of the adjoints
-    of all its copies.
-
-    Args:
-        grad: the adjoint of a broadcast result, e.g. (B, N).
-        shape: the operand's shape before broadcasting, e.g. (N,) or (1, N).
-    """
+    grad: the adjoint of a broadcast result, e.g. (B, N). shape: the operand's shape before
+    broadcasting, e.g. (N,) or (1, N). Implements eq. 10.3."""
     grad = np.asarray(grad, dtype=np.float64)
     shape = tuple(shape)
     extra = grad.ndim - len(shape)
@@ -587,14 +515,8 @@ def vjp_mul(z_bar: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray
 def vjp_matmul(y_bar: np.ndarray, a: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Y = A W: ``A_bar = Y_bar W^T`` and ``W_bar = A^T Y_bar`` (eq. 10.5).
 
-    Args:
-        y_bar: (B, N) adjoint of Y.
-        a: (B, K) left operand.
-        w: (K, N) right operand.
-
-    Returns:
-        ``A_bar`` (B, K) and ``W_bar`` (K, N): each adjoint has its operand's shape.
-    """
+    y_bar: (B, N) adjoint of Y. a: (B, K) left operand. w: (K, N) right operand. Returns
+    ``A_bar`` (B, K) and ``W_bar`` (K, N): each adjoint has its operand's shape."""
     y_bar, a, w = np.asarray(y_bar), np.asarray(a), np.asarray(w)
     if a.ndim != 2 or w.ndim != 2 or a.shape[1] != w.shape[0]:
         raise ValueError(f"vjp_matmul needs A (B, K) and W (K, N), got {a.shape} and {w.shape}")
@@ -604,10 +526,7 @@ def vjp_matmul(y_bar: np.ndarray, a: np.ndarray, w: np.ndarray) -> tuple[np.ndar
 
 
 def vjp_unary(name: str, y_bar: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """y = f(x) elementwise: ``x_bar += y_bar * f'(x)`` (a diagonal Jacobian).
-
-    ``tanh' = 1 - y^2``, ``exp' = y``, ``log' = 1/x``, ``relu' = [x > 0]``.
-    """
+    """y = f(x) elementwise: ``x_bar += y_bar * f'(x)`` (a diagonal Jacobian)."""
     if name not in UNARY_OPS:
         raise ValueError(f"unknown unary op {name!r}; expected one of {UNARY_OPS}")
     return y_bar * _unary_derivative(name, x, y)
@@ -616,10 +535,7 @@ def vjp_unary(name: str, y_bar: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.
 def vjp_sum(y_bar, x_shape, axis: int | None = None) -> np.ndarray:
     """y = x.sum(axis): every entry of x gets the adjoint of the sum it went into.
 
-    Args:
-        y_bar: () for ``axis=None``, otherwise x's shape without ``axis``.
-        x_shape: shape of x.
-    """
+    y_bar: () for ``axis=None``, otherwise x's shape without ``axis``. x_shape: shape of x."""
     y_bar = np.asarray(y_bar, dtype=np.float64)
     if axis is not None:
         y_bar = np.expand_dims(y_bar, axis)  # put the summed axis back, size 1
@@ -627,13 +543,7 @@ def vjp_sum(y_bar, x_shape, axis: int | None = None) -> np.ndarray:
 
 
 class Tensor(_UnaryMethods):
-    """A float64 NumPy array in a computation graph, with the VJP rules of eqs. 10.3-10.5.
-
-    Each operation stores its parents and a closure ``_vjp(out_bar) -> (parent_bar, ...)``
-    built from :func:`vjp_add`, :func:`vjp_mul`, :func:`vjp_matmul`, :func:`vjp_unary` and
-    :func:`vjp_sum`. Non-tensor operands become constant leaves. Elementwise operations
-    broadcast like NumPy; their VJPs sum the gradient back to each operand's shape.
-    """
+    """A float64 NumPy array in a computation graph, with the VJP rules of eqs. 10.3-10.5."""
 
     __slots__ = ("value", "parents", "_vjp_fn", "op", "grad")
     __array_ufunc__ = None
@@ -641,7 +551,7 @@ class Tensor(_UnaryMethods):
     def __init__(
         self, value, parents: tuple = (), vjp_fn: Callable | None = None, op: str = "leaf"
     ):
-        value = _as_float_array(value, "value")
+        value = _float(value, "value")
         self.value = np.array(value, dtype=np.float64)
         if not np.all(np.isfinite(self.value)):
             raise ValueError(f"{op} produced non-finite values (shape {self.value.shape})")
@@ -707,8 +617,8 @@ class Tensor(_UnaryMethods):
         return Tensor(x * y, (self, other), lambda g: vjp_mul(g, x, y), "mul")
 
     def __matmul__(self, other):
-        """Matrix product with the VJP of eq. 10.5; a vector operand acts as a (1, K) row
-        (left) or a (K, 1) column (right), as in NumPy."""
+        """Matrix product with the VJP of eq. 10.5; a vector operand acts as a (1, K) row (left) or
+        a (K, 1) column (right), as in NumPy."""
         other = self._lift(other)
         a, w = self.value, other.value
         if a.ndim not in (1, 2) or w.ndim not in (1, 2) or a.shape[-1] != w.shape[0]:
@@ -788,20 +698,15 @@ class Tensor(_UnaryMethods):
 def vjp(f: Callable, u, v_bar) -> tuple[np.ndarray, np.ndarray]:
     """Reverse mode: ``(f(u), v_bar J_f(u))`` with one forward and one backward pass (eq. 10.2).
 
-    Args:
-        f: maps a :class:`Tensor` holding an (n,) vector to a Tensor of shape () or (m,).
-        u: (n,) the point.
-        v_bar: the output adjoint, shape () or (m,) like f's output.
-
-    Returns:
-        ``v`` = f(u) and ``u_bar = v_bar J`` of shape (n,).
-    """
-    u = _as_vector(u, "u")
+    f: maps a :class:`Tensor` holding an (n,) vector to a Tensor of shape () or (m,). u: (n,) the
+    point. v_bar: the output adjoint, shape () or (m,) like f's output. Returns ``v`` = f(u) and
+    ``u_bar = v_bar J`` of shape (n,)."""
+    u = float_array(np.atleast_1d(u), "u", ndim=1, not_empty=True)
     x = Tensor(u)
     out = f(x)
     if not isinstance(out, Tensor):
         raise TypeError(f"f must return a Tensor, got {type(out).__name__}")
-    v_bar = np.asarray(_as_float_array(v_bar, "v_bar"))
+    v_bar = np.asarray(_float(v_bar, "v_bar"))
     if v_bar.shape != out.shape:
         raise ValueError(f"v_bar has shape {v_bar.shape} but f(u) has shape {out.shape}")
     backward(out, v_bar)
@@ -810,7 +715,7 @@ def vjp(f: Callable, u, v_bar) -> tuple[np.ndarray, np.ndarray]:
 
 def jacobian_reverse(f: Callable, u) -> np.ndarray:
     """The (m, n) Jacobian by m reverse passes, row i = e_i^T J (eq. 10.2 with v_bar = e_i)."""
-    u = _as_vector(u, "u")
+    u = float_array(np.atleast_1d(u), "u", ndim=1, not_empty=True)
     out_shape = f(Tensor(u)).shape  # one extra forward pass, to learn m
     if len(out_shape) > 1:
         raise ValueError(f"jacobian_reverse needs f to return () or (m,), got {out_shape}")
@@ -842,11 +747,7 @@ def apply_op(name: str, *args):
 
 @dataclass(frozen=True)
 class Program:
-    """A straight-line program: a computation graph written as a list of instructions.
-
-    Node ``j < n_inputs`` is input j; instruction i defines node ``n_inputs + i`` as
-    ``op(*(node[k] for k in args))``; the output is the sum of the nodes in ``outputs``.
-    """
+    """A straight-line program: a computation graph written as a list of instructions."""
 
     n_inputs: int
     instructions: tuple[tuple[str, tuple[int, ...]], ...]
@@ -911,18 +812,8 @@ def random_program(
 ) -> Program:
     """A random program with fan-out whose values stay finite for inputs in [-bound, bound].
 
-    Each operation picks its arguments either among the last four nodes (``p_recent``, which
-    makes the graph deep) or uniformly among all earlier nodes (which makes nodes feed several
-    consumers: fan-out). Interval arithmetic keeps every value within ``value_bound`` in
-    magnitude, applies ``log`` only to nodes that are provably >= 0.05 and ``exp`` only to
-    nodes <= 3, so the program is safe for every input in range. The output is the sum of all
-    nodes that no instruction reads (the sinks), so every node influences it.
-
-    Args:
-        n_inputs: number of inputs, >= 1.
-        n_ops: number of instructions, >= 1.
-        seed: seed of the NumPy generator that draws the program.
-    """
+    n_inputs: number of inputs, >= 1. n_ops: number of instructions, >= 1. seed: seed of the
+    NumPy generator that draws the program."""
     for name, v in (("n_inputs", n_inputs), ("n_ops", n_ops), ("seed", seed)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
             raise TypeError(f"{name} must be an int, got {type(v).__name__}")
@@ -961,12 +852,7 @@ def random_program(
 
 
 def run_program(program: Program, inputs: Sequence, *, all_nodes: bool = False):
-    """Evaluate ``program`` on a sequence of ``n_inputs`` values of any engine's type.
-
-    The values may be Scalars, Duals, Tensors, torch tensors, floats or arrays (elementwise
-    programs run on arrays of any common shape). Returns the sum of the output nodes, or with
-    ``all_nodes=True`` the list of every node's value (inputs first), without the final sum.
-    """
+    """Evaluate ``program`` on a sequence of ``n_inputs`` values of any engine's type."""
     if not isinstance(program, Program):
         raise TypeError(f"program must be a Program, got {type(program).__name__}")
     if len(inputs) != program.n_inputs:

@@ -20,14 +20,15 @@ import torch
 from ..validation import (
     distribution,
     finite_or_neg_inf,
+    float_array,
     float_tensor,
     index_tensor,
     nonempty,
     one_of,
     positive_int,
     shape_is,
+    unit_interval,
 )
-from .probability import _table
 
 __all__ = [
     "to_bits",
@@ -50,7 +51,7 @@ __all__ = [
 
 def _dist(p, name: str) -> np.ndarray:
     """(..., K) probabilities summing to one over the last axis, as float64."""
-    arr = _table(p)
+    arr = float_array(p, name)
     distribution(torch.from_numpy(arr), name)
     return arr
 
@@ -68,30 +69,18 @@ def to_bits(nats):
 
 
 def surprisal(p):
-    """Information content I(x) = -log p(x), elementwise, in nats. Implements eq. 7.1.
+    """I(x) = -log p(x), elementwise (+inf at p = 0). Implements eq. 7.1.
 
-    Args:
-        p: probabilities in [0, 1], any shape (each one outcome's; they need not sum to one).
-
-    Returns:
-        -log p, +inf where p = 0; a float for a scalar input.
-    """
-    arr = _table(p)
-    if not np.all((arr >= 0) & (arr <= 1)):  # also refuses NaN
-        raise ValueError("p must lie in [0, 1]")
+    p: any shape, in [0, 1]. Returns the same shape (a float for a scalar)."""
+    arr = unit_interval(float_array(p, "p"), "p")
     with np.errstate(divide="ignore"):
         return _scalar_or_array(-np.log(arr))
 
 
 def entropy(p):
-    """Shannon entropy H(p) = -sum_x p(x) log p(x) over the last axis. Implements eq. 7.1.
+    """H(p) = -sum_x p(x) log p(x) over the last axis. Implements eq. 7.1.
 
-    Args:
-        p: (..., K) probabilities summing to one over the last axis.
-
-    Returns:
-        (...) entropies in [0, log K]; a float for a single (K,) distribution.
-    """
+    p: (..., K). Returns (...) (a float for (K,))."""
     arr = _dist(p, "p")
     pos = arr > 0
     terms = np.where(pos, arr * np.log(np.where(pos, arr, 1.0)), 0.0)  # (..., K): p log p
@@ -109,15 +98,9 @@ def _pair(p, q) -> tuple[np.ndarray, np.ndarray]:
 
 
 def cross_entropy(p, q):
-    """Cross-entropy H(p, q) = -sum_x p(x) log q(x) over the last axis. Implements eq. 7.2.
+    """H(p, q) = -sum_x p(x) log q(x) over the last axis. Implements eq. 7.2.
 
-    Args:
-        p: (..., K) the distribution the outcomes come from.
-        q: (..., K) the model; leading axes broadcast against p's.
-
-    Returns:
-        (...) cross-entropies, +inf where q(x) = 0 < p(x); a float when both are (K,).
-    """
+    p, q: (..., K), leading axes broadcast. Returns (...), +inf where q = 0 < p."""
     a, b = _pair(p, q)
     pos = a > 0
     with np.errstate(divide="ignore"):
@@ -129,12 +112,7 @@ def cross_entropy(p, q):
 def kl_divergence(p, q):
     """KL(p || q) = sum_x p(x) log(p(x) / q(x)) over the last axis. Implements eq. 7.2.
 
-    Args:
-        p, q: (..., K) distributions over the same K outcomes; leading axes broadcast.
-
-    Returns:
-        (...) divergences, +inf where q(x) = 0 < p(x); a float when both are (K,).
-    """
+    p, q: (..., K), leading axes broadcast. Returns (...), +inf where q = 0 < p."""
     a, b = _pair(p, q)
     pos = a > 0
     with np.errstate(divide="ignore"):
@@ -152,31 +130,16 @@ def _tokens(tokens, k: int) -> torch.Tensor:
 
 
 def empirical_distribution(tokens, k: int) -> np.ndarray:
-    """The empirical distribution p_hat(x) = #{i: x_i = x} / N. Implements eq. 7.3.
-
-    Args:
-        tokens: (N,) integer tokens in [0, k).
-        k: the vocabulary size K.
-
-    Returns:
-        (K,) float64 frequencies.
-    """
+    """p_hat(x) = #{i: x_i = x} / N. Implements eq. 7.3. tokens: (N,) in [0, k). Returns (k,)."""
     t = _tokens(tokens, positive_int(k, "k"))
     counts = np.bincount(t.cpu().numpy(), minlength=k).astype(np.float64)
     return counts / counts.sum()
 
 
 def sequence_nll(log_probs: torch.Tensor, tokens) -> torch.Tensor:
-    """Cross-entropy per token -(1/N) sum_i log q(x_i) of a token stream. Implements eq. 7.3.
+    """Cross-entropy per token -(1/N) sum_i log q(x_i). Implements eq. 7.3.
 
-    Args:
-        log_probs: (K,) one log-distribution for every position, or (N, K) one per position;
-            rows log-normalised (logsumexp = 0), -inf allowed.
-        tokens: (N,) integer tokens in [0, K).
-
-    Returns:
-        0-d tensor, nats per token.
-    """
+    log_probs: (K,) for every position or (N, K), rows log-normalised; tokens: (N,). Returns ()."""
     float_tensor(log_probs, "log_probs", min_ndim=1)
     one_of(log_probs.ndim, "log_probs.ndim", (1, 2))
     t = _tokens(tokens, log_probs.shape[-1]).to(log_probs.device)
@@ -200,15 +163,8 @@ def perplexity(log_probs: torch.Tensor, tokens) -> torch.Tensor:
 
 
 def stationary_distribution(transition) -> np.ndarray:
-    """The stationary distribution pi = pi T of an irreducible Markov chain, by least squares.
-
-    Args:
-        transition: (K, K), transition[i, j] = p(x_t = j | x_{t-1} = i).
-
-    Returns:
-        (K,) float64 stationary probabilities.
-    """
-    tr = _table(transition)
+    """pi = pi T of an irreducible chain by least squares. transition: (K, K). Returns (K,)."""
+    tr = float_array(transition, "transition")
     k = len(tr)
     distribution(shape_is(torch.from_numpy(tr), "transition", (k, k)), "transition")
     system = np.vstack([tr.T - np.eye(k), np.ones((1, k))])  # (K + 1, K)
@@ -220,11 +176,7 @@ def stationary_distribution(transition) -> np.ndarray:
 
 
 def markov_entropy_rate(transition) -> float:
-    """Entropy rate sum_i pi_i H(T[i, :]) of a stationary Markov chain, in nats per step.
-
-    Args:
-        transition: (K, K) transition matrix of an irreducible chain.
-    """
+    """Entropy rate sum_i pi_i H(T[i, :]) of a stationary chain. transition: (K, K)."""
     pi = stationary_distribution(transition)
     rows = entropy(np.asarray(transition, dtype=np.float64))  # (K,): H(x_t | x_{t-1} = i)
     return float(pi @ rows)
@@ -234,18 +186,15 @@ def markov_entropy_rate(transition) -> float:
 
 
 def _joint2d(joint) -> np.ndarray:
-    p = _table(joint)
+    p = float_array(joint, "joint")
     distribution(float_tensor(torch.from_numpy(p), "joint", ndim=2).flatten(), "joint")
     return p
 
 
 def conditional_entropy(joint, given: int = 1) -> float:
-    """H(X | Y) = -sum_{x,y} p(x, y) log p(x | y), in nats. Implements eq. 7.4.
+    """H(X | Y) = -sum p(x, y) log p(x | y). Implements eq. 7.4.
 
-    Args:
-        joint: (Kx, Ky) joint probabilities p(x, y).
-        given: the axis of the conditioning variable: 1 gives H(X | Y), 0 gives H(Y | X).
-    """
+    joint: (Kx, Ky); given: 1 gives H(X | Y), 0 gives H(Y | X)."""
     p = _joint2d(joint)
     p_given = p.sum(axis=1 - one_of(given, "given", (0, 1)), keepdims=True)  # (1, Ky) or (Kx, 1)
     pos = p > 0  # where p(x, y) > 0, also p(given) > 0
@@ -254,11 +203,7 @@ def conditional_entropy(joint, given: int = 1) -> float:
 
 
 def mutual_information(joint) -> float:
-    """I(X; Y) = KL(p(x, y) || p(x) p(y)), in nats. Implements eq. 7.4.
-
-    Args:
-        joint: (Kx, Ky) joint probabilities p(x, y).
-    """
+    """I(X; Y) = KL(p(x, y) || p(x) p(y)). Implements eq. 7.4. joint: (Kx, Ky)."""
     p = _joint2d(joint)
     product = p.sum(axis=1)[:, None] * p.sum(axis=0)[None, :]  # (Kx, Ky): p(x) p(y)
     return float(kl_divergence(p.reshape(-1), product.reshape(-1)))  # flatten: one distribution
@@ -268,25 +213,14 @@ def mutual_information(joint) -> float:
 
 
 def kl_k1(log_ratio: torch.Tensor) -> torch.Tensor:
-    """Per-sample plain estimator k1 = -log r of KL(q || p), r = p(x) / q(x), x ~ q.
-
-    Args:
-        log_ratio: (...) log r = log p(x) - log q(x) at samples x ~ q.
-    """
+    """Per-sample estimator k1 = -log r of KL(q || p), x ~ q. log_ratio: (...) log r."""
     return -finite_or_neg_inf(float_tensor(log_ratio, "log_ratio"), "log_ratio")
 
 
 def kl_k3(log_ratio: torch.Tensor) -> torch.Tensor:
-    """Per-sample estimator k3 = (r - 1) - log r of KL(q || p), stably from u = log r (eq. 7.5).
+    """Per-sample estimator (r - 1) - log r of KL(q || p), stable in u = log r. Implements eq. 7.5.
 
-    Computed as expm1(u) - u, and by its Taylor series for |u| < 0.1 (no cancellation).
-
-    Args:
-        log_ratio: (...) u = log p(x) - log q(x) at samples x ~ q; -inf gives +inf.
-
-    Returns:
-        (...) non-negative per-sample estimates.
-    """
+    log_ratio: (...) u at samples x ~ q; Taylor series for |u| < 0.1. Returns (...) >= 0."""
     u = finite_or_neg_inf(float_tensor(log_ratio, "log_ratio"), "log_ratio")
     small = u.abs() < 0.1
     us = torch.where(small, u, torch.zeros_like(u))  # series branch sees only small values
@@ -299,11 +233,7 @@ def kl_k3(log_ratio: torch.Tensor) -> torch.Tensor:
 
 
 def kl_k3_naive(ratio: torch.Tensor) -> torch.Tensor:
-    """k3 = (r - 1) - log r taken literally from r (eq. 7.5): cancels digits for r near 1.
-
-    Args:
-        ratio: (...) r = p(x) / q(x) >= 0 at samples x ~ q.
-    """
+    """Naive reference for :func:`kl_k3`: (r - 1) - log r from ratio r (...) >= 0 (eq. 7.5)."""
     float_tensor(ratio, "ratio", all_finite=True)
     if (ratio < 0).any():
         raise ValueError("ratio must be non-negative")

@@ -20,6 +20,7 @@ import torch
 
 from ..validation import (
     distribution,
+    float_array,
     float_tensor,
     index_tensor,
     integer,
@@ -52,25 +53,15 @@ __all__ = [
 ]
 
 
-def _table(p) -> np.ndarray:
-    """``p`` (a list, array or tensor) as a contiguous float64 NumPy array."""
-    p = p.detach().cpu() if isinstance(p, torch.Tensor) else p
-    return np.array(p, dtype=np.float64, order="C")
-
-
 # --- eq. 6.1: densities, conditioning, Bayes -------------------------------------------------
 
 
 def interval_probability(
     pdf: Callable[[np.ndarray], np.ndarray], a: float, b: float, n: int = 2001
 ) -> float:
-    """P(a < X < b) by composite Simpson's rule on n (odd) grid points. Implements eq. 6.1.
+    """P(a < X < b) by composite Simpson's rule. Implements eq. 6.1.
 
-    Args:
-        pdf: vectorised density p(x).
-        a, b: finite interval ends, a < b.
-        n: odd number of grid points >= 3.
-    """
+    pdf: vectorised density; a < b finite; n: odd number of grid points >= 3."""
     a, b = number(a, "a"), number(b, "b", low=a, open_low=True)
     if integer(n, "n", low=3) % 2 == 0:
         raise ValueError(f"n must be odd for Simpson's rule, got {n}")
@@ -83,13 +74,8 @@ def interval_probability(
 
 
 def marginal(joint, keep: int | tuple[int, ...]) -> np.ndarray:
-    """Sum a joint table over every axis except ``keep`` (the sum rule).
-
-    Args:
-        joint: (K1, K2, ...) joint probabilities.
-        keep: the axis or axes to keep, in the order given.
-    """
-    p = _table(joint)
+    """Sum a (K1, K2, ...) joint table over every axis except ``keep`` (the sum rule)."""
+    p = float_array(joint, "joint")
     distribution(torch.from_numpy(p).flatten(), "joint")
     keep_t = (keep,) if isinstance(keep, int) else tuple(keep)
     keep_t = tuple(integer(k, "keep", -p.ndim, p.ndim - 1) % p.ndim for k in keep_t)
@@ -102,16 +88,10 @@ def marginal(joint, keep: int | tuple[int, ...]) -> np.ndarray:
 
 
 def conditional(joint, given: int) -> np.ndarray:
-    """p(y | x) = p(x, y) / p(x) for a 2-D table whose axis ``given`` is x. Implements eq. 6.1.
+    """p(y | x) = p(x, y) / p(x). Implements eq. 6.1.
 
-    Args:
-        joint: (Kx, Ky) if ``given == 0``, (Ky, Kx) if ``given == 1``.
-        given: the axis of the conditioning variable.
-
-    Returns:
-        A table of the same shape whose slices along the other axis sum to 1.
-    """
-    p = _table(joint)
+    joint: (Kx, Ky) if ``given == 0``, (Ky, Kx) if ``given == 1``. Returns the same shape."""
+    p = float_array(joint, "joint")
     distribution(float_tensor(torch.from_numpy(p), "joint", ndim=2).flatten(), "joint")
     px = p.sum(axis=1 - one_of(given, "given", (0, 1)), keepdims=True)  # (Kx, 1) or (1, Kx)
     if np.any(px == 0):
@@ -122,13 +102,10 @@ def conditional(joint, given: int) -> np.ndarray:
 def bayes_posterior(prior, likelihood) -> np.ndarray:
     """p(h | e) = p(e | h) p(h) / sum_h' p(e | h') p(h') (Bayes' rule, eq. 6.1).
 
-    Args:
-        prior: (H,) p(h).
-        likelihood: (H,) p(e | h) for the observed evidence e (need not sum to 1).
-    """
-    pr = _table(prior)
+    prior: (H,); likelihood: (H,) p(e | h), need not sum to 1. Returns (H,)."""
+    pr = float_array(prior, "prior")
     distribution(float_tensor(torch.from_numpy(pr), "prior", ndim=1), "prior")
-    lik = shape_is(_table(likelihood), "likelihood", pr.shape)
+    lik = shape_is(float_array(likelihood, "likelihood"), "likelihood", pr.shape)
     if np.any(lik < 0) or not np.all(np.isfinite(lik)):
         raise ValueError("likelihood must be finite and non-negative")
     unnorm = lik * pr
@@ -142,16 +119,10 @@ def bayes_posterior(prior, likelihood) -> np.ndarray:
 
 
 def chain_rule_factors(joint) -> list[np.ndarray]:
-    """Factor a joint table p(x_1, ..., x_T) into conditionals p(x_t | x_<t). Implements eq. 6.2.
+    """Factor a (K1, ..., KT) joint into conditionals p(x_t | x_<t). Implements eq. 6.2.
 
-    Args:
-        joint: (K1, ..., KT) joint probabilities.
-
-    Returns:
-        T arrays; factor t has shape (K1, ..., Kt). Prefixes of probability 0 get a uniform
-        conditional (any choice multiplies to the same zero).
-    """
-    p = _table(joint)
+    Returns T arrays, factor t of shape (K1, ..., Kt); zero-probability prefixes: uniform."""
+    p = float_array(joint, "joint")
     distribution(torch.from_numpy(p).flatten(), "joint")
     factors = []
     prefix_prev = np.ones(())  # p(empty prefix) = 1
@@ -167,16 +138,12 @@ def chain_rule_factors(joint) -> list[np.ndarray]:
 
 
 def chain_rule_joint(factors: list) -> np.ndarray:
-    """p(x_1..x_T) = prod_t p(x_t | x_<t) from the factors of :func:`chain_rule_factors` (eq. 6.2).
-
-    Args:
-        factors: T arrays, factor t of shape (K1, ..., Kt), summing to 1 over its last axis.
-    """
+    """p(x_1..x_T) = prod_t p(x_t | x_<t), from factors t of shape (K1, ..., Kt) (eq. 6.2)."""
     if not factors:
         raise ValueError("factors must not be empty")
     joint = np.ones(())
     for t, f in enumerate(factors):
-        f = _table(f)
+        f = float_array(f, f"factor {t}")
         shape_is(f, f"factor {t}", joint.shape + (None,))
         distribution(torch.from_numpy(f), f"factor {t}")
         joint = joint[..., None] * f
@@ -184,14 +151,10 @@ def chain_rule_joint(factors: list) -> np.ndarray:
 
 
 def markov_sequence_log_prob(initial, transition, seq) -> float:
-    """log p(x_1..x_T) = log p(x_1) + sum_t log p(x_t | x_{t-1}) (eq. 6.2 for a Markov chain).
+    """log p(x_1..x_T) of a first-order Markov chain (eq. 6.2).
 
-    Args:
-        initial: (K,) p(x_1).
-        transition: (K, K), transition[i, j] = p(x_t = j | x_{t-1} = i).
-        seq: (T,) integer states in [0, K), T >= 1.
-    """
-    pi, tr = _table(initial), _table(transition)
+    initial: (K,); transition: (K, K), [i, j] = p(j | i); seq: (T,) states in [0, K)."""
+    pi, tr = float_array(initial, "initial"), float_array(transition, "transition")
     distribution(float_tensor(torch.from_numpy(pi), "initial", ndim=1), "initial")
     distribution(shape_is(torch.from_numpy(tr), "transition", (pi.size, pi.size)), "transition")
     s = index_tensor(torch.as_tensor(np.asarray(seq)), "seq", high=pi.size, ndim=1)
@@ -205,15 +168,15 @@ def markov_sequence_log_prob(initial, transition, seq) -> float:
 
 def expectation(values, probs) -> float:
     """E[X] = sum_x x p(x) by exact enumeration. Implements eq. 6.3. values, probs: (K,)."""
-    p = _table(probs)
+    p = float_array(probs, "probs")
     distribution(torch.from_numpy(p).flatten(), "probs")
-    v = _table(values)
+    v = float_array(values, "values")
     same_shape(v, p, ("values", "probs"))
     return float((v * p).sum())
 
 
 def variance(values, probs) -> float:
-    """Var[X] = E[(X - E X)^2] (= E[X^2] - E[X]^2) by exact enumeration (eq. 6.3). (K,) each."""
+    """Var[X] = E[(X - E X)^2] by exact enumeration. Implements eq. 6.3. values, probs: (K,)."""
     mu = expectation(values, probs)
     v = np.asarray(values, dtype=np.float64)
     return float((np.asarray(probs, dtype=np.float64) * (v - mu) ** 2).sum())
@@ -230,13 +193,9 @@ def score_function_grad(
     generator: torch.Generator,
     baseline: float = 0.0,
 ) -> torch.Tensor:
-    """Per-sample score-function (REINFORCE) estimates of d/d(mu, sigma) E_{N(mu, sigma^2)}[f].
+    """Per-sample REINFORCE estimates of d/d(mu, sigma) E_{N(mu, sigma^2)}[f(x)] (eq. 6.4).
 
-    Implements eq. 6.4: E[(f(x) - b) grad log p(x)], with b = ``baseline``.
-
-    Returns:
-        (n, 2) float64: column 0 estimates the mu-gradient, column 1 the sigma-gradient.
-    """
+    f: (n,) -> (n,); baseline: b subtracted from f. Returns (n, 2): mu- and sigma-gradients."""
     mu_t = torch.tensor(number(mu, "mu"), dtype=torch.float64)
     sigma_t = torch.tensor(positive(sigma, "sigma"), dtype=torch.float64)
     eps = torch.randn(positive_int(n, "n"), generator=generator, dtype=torch.float64)  # (n,)
@@ -256,11 +215,9 @@ def pathwise_grad(
     n: int,
     generator: torch.Generator,
 ) -> torch.Tensor:
-    """Per-sample pathwise estimates of d/d(mu, sigma) E[f(x)], x = mu + sigma eps (eq. 6.4).
+    """Per-sample pathwise estimates of d/d(mu, sigma) E[f(x)], x = mu + sigma eps.
 
-    Returns:
-        (n, 2) float64, columns as in :func:`score_function_grad`.
-    """
+    f: (n,) -> (n,), differentiable. Returns (n, 2), as :func:`score_function_grad`."""
     mu_t = torch.tensor(number(mu, "mu"), dtype=torch.float64)
     sigma_t = torch.tensor(positive(sigma, "sigma"), dtype=torch.float64)
     eps = torch.randn(positive_int(n, "n"), generator=generator, dtype=torch.float64)  # (n,)
@@ -277,10 +234,7 @@ def pathwise_grad(
 def gaussian_nll(y: torch.Tensor, mean: torch.Tensor, sigma: float | torch.Tensor) -> torch.Tensor:
     """Mean negative log-likelihood of y under N(mean, sigma^2). Implements eq. 6.5.
 
-    Args:
-        y, mean: (N,) targets and predicted means.
-        sigma: noise scale > 0, a scalar or (N,).
-    """
+    y, mean: (N,); sigma > 0, a scalar or (N,). Returns ()."""
     same_shape(y, mean, ("y", "mean"))
     s = positive_entries(torch.as_tensor(sigma, dtype=y.dtype), "sigma")
     return (0.5 * ((y - mean) / s) ** 2 + torch.log(s) + 0.5 * math.log(2 * math.pi)).mean()
@@ -289,10 +243,7 @@ def gaussian_nll(y: torch.Tensor, mean: torch.Tensor, sigma: float | torch.Tenso
 def categorical_nll(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Mean negative log-likelihood of labels under softmax(logits). Implements eq. 6.5.
 
-    Args:
-        logits: (N, K) unnormalised scores.
-        y: (N,) integer labels in [0, K).
-    """
+    logits: (N, K); y: (N,) integer labels in [0, K). Returns ()."""
     n, k = float_tensor(logits, "logits", ndim=2).shape
     shape_is(index_tensor(y, "y", high=k), "y", (n,))
     m = logits.max(dim=1, keepdim=True).values  # (N, 1): shift for stability
@@ -306,22 +257,16 @@ def categorical_nll(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 def gumbel_noise(
     shape: tuple[int, ...], generator: torch.Generator, dtype: torch.dtype = torch.float64
 ) -> torch.Tensor:
-    """Standard Gumbel noise g = -log(-log u), u ~ Uniform(tiny, 1). Implements eq. 6.6."""
+    """Standard Gumbel noise -log(-log u), u ~ U(tiny, 1), of ``shape``. Implements eq. 6.6."""
     tiny = torch.finfo(dtype).tiny
     u = torch.rand(shape, generator=generator, dtype=dtype).clamp_(min=tiny, max=1 - 1e-16)
     return -torch.log(-torch.log(u))
 
 
 def gumbel_max_sample(logits: torch.Tensor, n: int, generator: torch.Generator) -> torch.Tensor:
-    """n categorical samples argmax_k (z_k + g_k), distributed as softmax(z). Implements eq. 6.6.
+    """n samples argmax_k (z_k + g_k), distributed as softmax(z). Implements eq. 6.6.
 
-    Args:
-        logits: (K,) unnormalised log-probabilities z, finite.
-        n: number of samples.
-
-    Returns:
-        (n,) int64 indices.
-    """
+    logits: (K,) finite. Returns (n,) int64."""
     float_tensor(logits, "logits", ndim=1, all_finite=True)
     g = gumbel_noise((positive_int(n, "n"), logits.numel()), generator, dtype=torch.float64)
     return torch.argmax(logits.double()[None, :] + g, dim=1)  # (n,)

@@ -1,9 +1,6 @@
-"""Small data files that ship inside the package, so that nothing downloads at run time.
+"""Small data files shipped inside the package (``mlbook/data/``): nothing downloads at run time.
 
-The files live in ``mlbook/data/`` and travel with ``pip install``, on Colab too.
-
-- ``corpus_en_tr.txt``: twelve short English paragraphs, each followed by a Turkish paragraph
-  with the same meaning, written for the book (chapter 17's tokenizer corpus).
+``corpus_en_tr.txt``: twelve English paragraphs, each followed by its Turkish version.
 """
 
 from __future__ import annotations
@@ -24,8 +21,6 @@ def available() -> list[str]:
 
 def read_text(name: str) -> str:
     """The UTF-8 text of the shipped data file ``name`` (see :func:`available`)."""
-    if not isinstance(name, str):
-        raise TypeError(f"name must be a str, got {type(name).__name__}")
     names = available()
     if name not in names:
         raise ValueError(f"no data file {name!r} ships with mlbook; available: {names}")

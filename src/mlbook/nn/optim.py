@@ -20,11 +20,21 @@ step and the two produce the same iterates. Steps are counted from 1 in Adam's b
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+
+from ..validation import (
+    float_tensor,
+    integer,
+    number,
+    one_of,
+    positive,
+    positive_int,
+    same_shape,
+    shape_is,
+)
 
 __all__ = [
     "sgd_step",
@@ -46,96 +56,29 @@ __all__ = [
 KINDS = ("sgd", "momentum", "momentum_torch", "adam", "adamw")
 
 
-# --- validation ---------------------------------------------------------------------------
-
-
-def _tensor(x, name: str) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must have a floating dtype, got {x.dtype}")
-    return x
-
-
-def _same_shape(ref: torch.Tensor, ref_name: str, **others: torch.Tensor) -> None:
-    for name, x in others.items():
-        _tensor(x, name)
-        if x.shape != ref.shape:
-            raise ValueError(
-                f"{name} has shape {tuple(x.shape)} but {ref_name} has shape {tuple(ref.shape)}"
-            )
-
-
-def _nonneg(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be finite and >= 0, got {value}")
-    return value
-
-
-def _beta(value, name: str) -> float:
-    value = _nonneg(value, name)
-    if not value < 1:
-        raise ValueError(f"{name} must lie in [0, 1), got {value}")
-    return value
-
-
-def _step_count(t) -> int:
-    if isinstance(t, bool) or not isinstance(t, int):
-        raise TypeError(f"step t must be an int, got {type(t).__name__}")
-    if t < 1:
-        raise ValueError(f"step t counts from 1, got {t}")
-    return t
-
-
 # --- eq. 15.1: gradient descent -----------------------------------------------------------
 
 
 def sgd_step(theta: torch.Tensor, grad: torch.Tensor, lr: float) -> torch.Tensor:
-    """One step of (stochastic) gradient descent, ``theta - lr * grad``.
+    """One step of (stochastic) gradient descent, ``theta - lr * grad`` (eq. 15.1).
 
-    Implements eq. 15.1.
-
-    Args:
-        theta: (P) parameters.
-        grad: (P) gradient of the loss at ``theta`` (a minibatch estimate for SGD).
-        lr: learning rate, >= 0.
-
-    Returns:
-        (P) the new parameters.
-    """
-    _tensor(theta, "theta")
-    _same_shape(theta, "theta", grad=grad)
-    lr = _nonneg(lr, "lr")
+    theta: (P) parameters. grad: (P) gradient of the loss at ``theta`` (a minibatch estimate for
+    SGD). lr: learning rate, >= 0. Returns (P) the new parameters."""
+    same_shape(grad, theta, ("grad", "theta"))
+    lr = number(lr, "lr", 0.0)
     return theta - lr * grad
 
 
 def gd_on_quadratic(H: torch.Tensor, theta0: torch.Tensor, lr: float, steps: int) -> torch.Tensor:
     """Run gradient descent on ``f(theta) = theta^T H theta / 2`` (gradient ``H theta``).
 
-    Uses :func:`sgd_step` (eq. 15.1); the iterates are ``(I - lr H)^t theta0``.
-
-    Args:
-        H: (D, D) symmetric matrix (the Hessian).
-        theta0: (D,) starting point.
-        lr: learning rate.
-        steps: number of steps S >= 0.
-
-    Returns:
-        (S + 1, D) the iterates ``theta_0, ..., theta_S``.
-    """
-    _tensor(H, "H")
-    _tensor(theta0, "theta0")
-    if H.ndim != 2 or H.shape[0] != H.shape[1]:
-        raise ValueError(f"H must be a square (D, D) matrix, got shape {tuple(H.shape)}")
-    if theta0.shape != (H.shape[0],):
-        raise ValueError(f"theta0 must have shape ({H.shape[0]},), got {tuple(theta0.shape)}")
-    if not torch.allclose(H, H.T):
+    H: (D, D) symmetric matrix (the Hessian). theta0: (D,) starting point. lr: learning rate.
+    steps: number of steps S >= 0. Returns (S + 1, D) the iterates ``theta_0, ..., theta_S``.
+    Implements eq. 15.1."""
+    d = len(float_tensor(theta0, "theta0", ndim=1))
+    if not torch.allclose(shape_is(H, "H", (d, d)), H.T):
         raise ValueError("H must be symmetric")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise ValueError(f"steps must be an int >= 0, got {steps!r}")
+    steps = integer(steps, "steps", low=0)
     out = [theta0]
     theta = theta0
     for _ in range(steps):
@@ -147,23 +90,12 @@ def gd_on_quadratic(H: torch.Tensor, theta0: torch.Tensor, lr: float, steps: int
 def stability_limit(H: torch.Tensor) -> float:
     """The largest stable learning rate of gradient descent on a quadratic, ``2 / lambda_max(H)``.
 
-    Gradient descent on ``theta^T H theta / 2`` multiplies the component along the eigenvector of
-    eigenvalue ``lambda`` by ``1 - lr * lambda`` per step; every component shrinks iff
-    ``0 < lr < 2 / lambda_max``.
-
-    Args:
-        H: (D, D) symmetric positive definite matrix.
-    """
-    _tensor(H, "H")
-    if H.ndim != 2 or H.shape[0] != H.shape[1]:
-        raise ValueError(f"H must be a square (D, D) matrix, got shape {tuple(H.shape)}")
-    if not torch.allclose(H, H.T):
+    H: (D, D) symmetric positive definite matrix."""
+    if not torch.allclose(shape_is(H, "H", (len(H), len(H))), H.T):
         raise ValueError("H must be symmetric")
     lam = torch.linalg.eigvalsh(H.double())
     if lam.min() <= 0:
-        raise ValueError(
-            f"H must be positive definite; its smallest eigenvalue is {float(lam.min()):.3g}"
-        )
+        raise ValueError(f"H must be positive definite, smallest eigenvalue {float(lam.min()):.3g}")
     return 2.0 / float(lam.max())
 
 
@@ -175,20 +107,11 @@ def momentum_step(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Heavy-ball momentum in the sheet's convention: ``v = beta v - lr g``, ``theta += v``.
 
-    Implements eq. 15.2. Start with ``velocity = 0``.
-
-    Args:
-        theta: (P) parameters.
-        velocity: (P) the previous velocity (it contains the learning rate).
-        grad: (P) gradient at ``theta``.
-        lr: learning rate >= 0; beta: momentum coefficient in [0, 1).
-
-    Returns:
-        ``(theta_new, velocity_new)``, both (P).
-    """
-    _tensor(theta, "theta")
-    _same_shape(theta, "theta", velocity=velocity, grad=grad)
-    lr, beta = _nonneg(lr, "lr"), _beta(beta, "beta")
+    theta: (P) parameters. velocity: (P) the previous velocity (it contains the learning rate).
+    grad: (P) gradient at ``theta``. lr: learning rate >= 0; beta: momentum coefficient in [0,
+    1). Returns ``(theta_new, velocity_new)``, both (P). Implements eq. 15.2."""
+    same_shape(velocity, theta, ("velocity", "theta")), same_shape(grad, theta, ("grad", "theta"))
+    lr, beta = number(lr, "lr", 0.0), number(beta, "beta", 0.0, 1.0, open_high=True)
     velocity = beta * velocity - lr * grad
     return theta + velocity, velocity
 
@@ -198,22 +121,11 @@ def momentum_step_torch(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Heavy-ball momentum in torch's convention: ``b = beta b + g``, ``theta -= lr b``.
 
-    The buffer holds a discounted sum of gradients, without the learning rate; for a constant
-    ``lr`` it is ``-velocity / lr`` of :func:`momentum_step` (eq. 15.2) and the iterates agree.
-    Matches ``torch.optim.SGD(momentum=beta)`` with ``dampening=0``, ``nesterov=False``.
-
-    Args:
-        theta: (P) parameters.
-        buf: (P) the previous buffer (start with zeros).
-        grad: (P) gradient at ``theta``.
-        lr: learning rate >= 0; beta: momentum coefficient in [0, 1).
-
-    Returns:
-        ``(theta_new, buf_new)``, both (P).
-    """
-    _tensor(theta, "theta")
-    _same_shape(theta, "theta", buf=buf, grad=grad)
-    lr, beta = _nonneg(lr, "lr"), _beta(beta, "beta")
+    theta: (P) parameters. buf: (P) the previous buffer (start with zeros). grad: (P) gradient at
+    ``theta``. lr: learning rate >= 0; beta: momentum coefficient in [0, 1). Returns
+    ``(theta_new, buf_new)``, both (P). Implements eq. 15.2."""
+    same_shape(buf, theta, ("buf", "theta")), same_shape(grad, theta, ("grad", "theta"))
+    lr, beta = number(lr, "lr", 0.0), number(beta, "beta", 0.0, 1.0, open_high=True)
     buf = beta * buf + grad
     return theta - lr * buf, buf
 
@@ -226,19 +138,11 @@ def adam_moments(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Update Adam's moving averages of the gradient and of its elementwise square.
 
-    ``m = beta1 m + (1 - beta1) g`` and ``v = beta2 v + (1 - beta2) g^2``, started at zero.
-
-    Args:
-        m, v: (P) the previous first and second moment estimates.
-        grad: (P) the gradient.
-        beta1, beta2: decay rates in [0, 1).
-
-    Returns:
-        ``(m_new, v_new)``, both (P).
-    """
-    _tensor(m, "m")
-    _same_shape(m, "m", v=v, grad=grad)
-    beta1, beta2 = _beta(beta1, "beta1"), _beta(beta2, "beta2")
+    m, v: (P) the previous first and second moment estimates. grad: (P) the gradient. beta1,
+    beta2: decay rates in [0, 1). Returns ``(m_new, v_new)``, both (P)."""
+    same_shape(v, m, ("v", "m")), same_shape(grad, m, ("grad", "m"))
+    beta1 = number(beta1, "beta1", 0.0, 1.0, open_high=True)
+    beta2 = number(beta2, "beta2", 0.0, 1.0, open_high=True)
     return beta1 * m + (1 - beta1) * grad, beta2 * v + (1 - beta2) * grad * grad
 
 
@@ -247,21 +151,13 @@ def bias_correct(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Adam's bias correction ``m_hat = m / (1 - beta1^t)``, ``v_hat = v / (1 - beta2^t)``.
 
-    Implements eq. 15.3. Averages started at zero are too small by the factor ``1 - beta^t``
-    (the total weight of the ``t`` gradients seen so far); dividing by it removes that bias.
-
-    Args:
-        m, v: (P) the moment estimates after step ``t``.
-        t: the number of gradients averaged so far, >= 1.
-        beta1, beta2: decay rates in [0, 1).
-
-    Returns:
-        ``(m_hat, v_hat)``, both (P).
-    """
-    _tensor(m, "m")
-    _same_shape(m, "m", v=v)
-    t = _step_count(t)
-    beta1, beta2 = _beta(beta1, "beta1"), _beta(beta2, "beta2")
+    m, v: (P) the moment estimates after step ``t``. t: the number of gradients averaged so far,
+    >= 1. beta1, beta2: decay rates in [0, 1). Returns ``(m_hat, v_hat)``, both (P).
+    Implements eq. 15.3."""
+    same_shape(v, m, ("v", "m"))
+    t = integer(t, "t", low=1)
+    beta1 = number(beta1, "beta1", 0.0, 1.0, open_high=True)
+    beta2 = number(beta2, "beta2", 0.0, 1.0, open_high=True)
     return m / (1 - beta1**t), v / (1 - beta2**t)
 
 
@@ -282,27 +178,15 @@ def adamw_step(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One Adam/AdamW step: ``theta = (1 - lr wd) theta - lr m_hat / (sqrt(v_hat) + eps)``.
 
-    Implements eq. 15.4 (with eq. 15.3 for ``m_hat``, ``v_hat``). With ``decoupled=True`` this is
-    AdamW (``torch.optim.AdamW``): the decay multiplies ``theta`` directly. With
-    ``decoupled=False`` it is Adam with an L2 penalty (``torch.optim.Adam(weight_decay=...)``):
-    ``wd * theta`` is added to the gradient and then goes through the moment estimates, so it is
-    divided by ``sqrt(v_hat)`` like the rest of the gradient. ``bias_correction=False`` uses
-    ``m`` and ``v`` directly (for the comparison of chapter 15 only).
-
-    Args:
-        theta: (P) parameters.
-        m, v: (P) moment estimates after step ``t - 1`` (zeros before the first step).
-        grad: (P) gradient of the loss (without any penalty) at ``theta``.
-        t: the number of this step, counted from 1.
-        lr, beta1, beta2, eps, weight_decay: the hyperparameters (``weight_decay`` is lambda).
-
-    Returns:
-        ``(theta_new, m_new, v_new)``, all (P).
-    """
-    _tensor(theta, "theta")
-    _same_shape(theta, "theta", m=m, v=v, grad=grad)
-    t = _step_count(t)
-    lr, eps, wd = _nonneg(lr, "lr"), _nonneg(eps, "eps"), _nonneg(weight_decay, "weight_decay")
+    theta: (P) parameters. m, v: (P) moment estimates after step ``t - 1`` (zeros before the
+    first step). grad: (P) gradient of the loss (without any penalty) at ``theta``. t: the number
+    of this step, counted from 1. lr, beta1, beta2, eps, weight_decay: the hyperparameters
+    (``weight_decay`` is lambda). Returns ``(theta_new, m_new, v_new)``, all (P).
+    Implements eqs. 15.3, 15.4."""
+    same_shape(m, theta, ("m", "theta")), same_shape(grad, theta, ("grad", "theta"))
+    t = integer(t, "t", low=1)
+    lr, eps = number(lr, "lr", 0.0), number(eps, "eps", 0.0)
+    wd = number(weight_decay, "weight_decay", 0.0)
     if decoupled:
         theta = (1 - lr * wd) * theta  # decoupled decay, before the Adam step
     else:
@@ -315,28 +199,12 @@ def adamw_step(
 # --- eq. 15.5: clipping by the global norm --------------------------------------------------
 
 
-def _grad_list(grads, name: str = "grads") -> list[torch.Tensor]:
-    if isinstance(grads, torch.Tensor):
-        grads = [grads]
-    if not isinstance(grads, Sequence) or len(grads) == 0:
-        raise ValueError(f"{name} must be a non-empty list of tensors")
-    for i, g in enumerate(grads):
-        _tensor(g, f"{name}[{i}]")
-    return list(grads)
-
-
 def global_grad_norm_naive(grads: Sequence[torch.Tensor]) -> torch.Tensor:
     """The global L2 norm of a list of gradients: flatten, concatenate, take the norm.
 
-    Reference for :func:`global_grad_norm`; it materialises one (N,) vector.
-
-    Args:
-        grads: tensors of any shapes (one per parameter).
-
-    Returns:
-        0-d tensor ``||g||_2`` over all N scalars.
-    """
-    grads = _grad_list(grads)
+    grads: tensors of any shapes (one per parameter). Returns 0-d tensor ``||g||_2`` over all N
+    scalars."""
+    grads = [grads] if isinstance(grads, torch.Tensor) else list(grads)
     flat = torch.cat([g.reshape(-1) for g in grads])  # (N,)
     return torch.sqrt((flat * flat).sum())
 
@@ -344,15 +212,8 @@ def global_grad_norm_naive(grads: Sequence[torch.Tensor]) -> torch.Tensor:
 def global_grad_norm(grads: Sequence[torch.Tensor]) -> torch.Tensor:
     """The global L2 norm of a list of gradients as the norm of the per-tensor norms.
 
-    ``||g||_2^2 = sum_k ||g_k||_2^2``, so no concatenation is needed (what torch does).
-
-    Args:
-        grads: tensors of any shapes (one per parameter).
-
-    Returns:
-        0-d tensor ``||g||_2``.
-    """
-    grads = _grad_list(grads)
+    grads: tensors of any shapes (one per parameter). Returns 0-d tensor ``||g||_2``."""
+    grads = [grads] if isinstance(grads, torch.Tensor) else list(grads)
     return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
 
 
@@ -361,23 +222,11 @@ def clip_grad_norm(
 ) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Rescale all gradients together so that their global norm is at most ``max_norm``.
 
-    Implements eq. 15.5, ``g <- g min(1, c / (||g||_2 + eps))``: one factor for all tensors, so the
-    direction of the full gradient is kept. Matches ``torch.nn.utils.clip_grad_norm_`` (which
-    uses ``eps = 1e-6``) but returns new tensors instead of modifying ``.grad`` in place.
-
-    Args:
-        grads: tensors of any shapes.
-        max_norm: the threshold c > 0.
-        eps: guards the division when the norm is zero.
-
-    Returns:
-        ``(clipped, total_norm)``: the rescaled gradients (same shapes) and the norm *before*
-        clipping, a 0-d tensor.
-    """
-    grads = _grad_list(grads)
-    c, eps = _nonneg(max_norm, "max_norm"), _nonneg(eps, "eps")
-    if c == 0:
-        raise ValueError("max_norm must be > 0")
+    grads: tensors of any shapes. max_norm: the threshold c > 0. eps: guards the division when
+    the norm is zero. Returns ``(clipped, total_norm)``: the rescaled gradients (same shapes) and
+    the norm *before* clipping, a 0-d tensor. Implements eq. 15.5."""
+    grads = [grads] if isinstance(grads, torch.Tensor) else list(grads)
+    c, eps = positive(max_norm, "max_norm"), number(eps, "eps", 0.0)
     total = global_grad_norm(grads)
     factor = torch.clamp(c / (total + eps), max=1.0)
     return [g * factor for g in grads], total
@@ -388,12 +237,10 @@ def clip_grad_norm(
 
 @dataclass(frozen=True)
 class OptimizerConfig:
-    """Hyperparameters of :class:`Optimizer`.
+    """Hyperparameters of :class:`Optimizer`; ``beta`` is the momentum coefficient.
 
-    ``kind`` is one of ``"sgd"`` (eq. 15.1), ``"momentum"`` (eq. 15.2, sheet convention),
-    ``"momentum_torch"`` (torch's buffer convention), ``"adam"`` (L2 penalty through the
-    gradient) and ``"adamw"`` (decoupled decay, eq. 15.4). ``beta`` is the momentum coefficient.
-    """
+    kind: "sgd" (eq. 15.1), "momentum" (eq. 15.2), "momentum_torch" (torch's buffer), "adam" (L2
+    through the gradient) or "adamw" (decoupled decay, eq. 15.4)."""
 
     kind: str = "sgd"
     lr: float = 1e-3
@@ -404,14 +251,11 @@ class OptimizerConfig:
     weight_decay: float = 0.0
 
     def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
-        _nonneg(self.lr, "lr")
-        _beta(self.beta, "beta")
-        _beta(self.beta1, "beta1")
-        _beta(self.beta2, "beta2")
-        _nonneg(self.eps, "eps")
-        _nonneg(self.weight_decay, "weight_decay")
+        one_of(self.kind, "kind", KINDS)
+        for name in ("lr", "eps", "weight_decay"):
+            number(getattr(self, name), name, 0.0)
+        for name in ("beta", "beta1", "beta2"):
+            number(getattr(self, name), name, 0.0, 1.0, open_high=True)
         if self.weight_decay and self.kind not in ("adam", "adamw"):
             raise ValueError(f"weight_decay is only implemented for adam/adamw, not {self.kind}")
 
@@ -419,31 +263,15 @@ class OptimizerConfig:
 class Optimizer:
     """Apply one of the pure update rules to parameters in place, reading their ``.grad``.
 
-    Usage is that of ``torch.optim``: ``zero_grad()``, ``loss.backward()``, ``step()``. The
-    learning rate of step ``k`` (counted from 0) is ``schedule(k)`` if a schedule is given,
-    otherwise ``config.lr``; this is what ``torch.optim.lr_scheduler.LambdaLR`` does with the
-    multiplier ``schedule(k) / lr``.
-
-    Args:
-        params: the parameters, tensors with ``requires_grad=True``.
-        config: the hyperparameters.
-        schedule: optional function from the step index to the learning rate.
-    """
+    params: the parameters, tensors with ``requires_grad=True``. config: the hyperparameters.
+    schedule: optional function from the step index to the learning rate."""
 
     def __init__(
         self, params, config: OptimizerConfig, schedule: Callable[[int], float] | None = None
     ):
         self.params = list(params)
         if not self.params:
-            raise ValueError("Optimizer needs at least one parameter")
-        for i, p in enumerate(self.params):
-            _tensor(p, f"params[{i}]")
-            if not p.requires_grad:
-                raise ValueError(f"params[{i}] does not require grad")
-        if not isinstance(config, OptimizerConfig):
-            raise TypeError(f"config must be an OptimizerConfig, got {type(config).__name__}")
-        if schedule is not None and not callable(schedule):
-            raise TypeError("schedule must be callable (step -> learning rate)")
+            raise ValueError("params must not be empty")
         self.config, self.schedule, self.steps_taken = config, schedule, 0
         self.state = [{"a": torch.zeros_like(p), "b": torch.zeros_like(p)} for p in self.params]
 
@@ -452,7 +280,7 @@ class Optimizer:
         """The learning rate the next step will use."""
         if self.schedule is None:
             return self.config.lr
-        return _nonneg(self.schedule(self.steps_taken), "scheduled lr")
+        return number(self.schedule(self.steps_taken), "scheduled lr", 0.0)
 
     def zero_grad(self) -> None:
         for p in self.params:
@@ -498,22 +326,12 @@ def trajectory(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run ``steps`` full-batch steps and record every iterate and loss.
 
-    Works with :class:`Optimizer` and with any ``torch.optim`` optimizer (plus an optional
-    ``torch.optim.lr_scheduler`` stepped after each optimizer step).
-
-    Args:
-        params: the parameters the optimizer updates (to be recorded).
-        loss_fn: computes the loss from the current parameters (a closure).
-        optimizer: has ``zero_grad()`` and ``step()``.
-        steps: number of steps S >= 1.
-
-    Returns:
-        ``(thetas, losses)``: (S + 1, N) flattened parameters before each step and after the
-        last; (S + 1,) the loss at each of them.
-    """
+    params: the parameters the optimizer updates (to be recorded). loss_fn: computes the loss
+    from the current parameters (a closure). optimizer: has ``zero_grad()`` and ``step()``.
+    steps: number of steps S >= 1. Returns ``(thetas, losses)``: (S + 1, N) flattened parameters
+    before each step and after the last; (S + 1,) the loss at each of them."""
     params = list(params)
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+    steps = positive_int(steps, "steps")
 
     def flat() -> torch.Tensor:
         return torch.cat([p.detach().reshape(-1) for p in params])  # (N,)

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..validation import finite, integer, number, one_of, positive, positive_int, shape_is
+
 __all__ = [
     "FloatFormat",
     "FORMATS",
@@ -94,14 +96,6 @@ def float_format(fmt) -> FloatFormat:
     raise ValueError(f"unknown floating-point format {fmt!r}; known: {sorted(FORMATS)}")
 
 
-def _float64(x, name: str = "x") -> torch.Tensor:
-    if isinstance(x, (int, float)) and not isinstance(x, bool):
-        return torch.tensor(float(x), dtype=torch.float64)
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-        raise TypeError(f"{name} must be a float or a floating-point torch.Tensor")
-    return x.double()
-
-
 def _exponent(x: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
     """floor(log2 |x|) clamped below at the smallest normal exponent 1 - b (exact, via frexp)."""
     _, e = torch.frexp(x)  # |x| = mantissa 2^e, mantissa in [0.5, 1)
@@ -111,19 +105,11 @@ def _exponent(x: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
 def round_to_format(x, fmt) -> torch.Tensor:
     """Round float64 values to the nearest number of ``fmt``, ties to even (naive reference).
 
-    With k = max(floor(log2|x|), 1 - b) the numbers of the format near x are the multiples of
-    2^(k - m); round x / 2^(k - m) to the nearest integer (ties to even) and scale back. Results
-    above the largest finite number become +-inf, as IEEE 754 rounding does.
-
-    Args:
-        x: float or tensor (...) of any float dtype, read as float64.
-        fmt: a name, torch dtype or :class:`FloatFormat`.
-
-    Returns:
-        (...) float64 tensor whose values are exactly representable in ``fmt``.
-    """
+    x: float or tensor (...) of any float dtype, read as float64. fmt: a name, torch dtype or
+    :class:`FloatFormat`. Returns (...) float64 tensor whose values are exactly representable in
+    ``fmt``."""
     fmt = float_format(fmt)
-    x = _float64(x)
+    x = torch.as_tensor(x, dtype=torch.float64)
     ulp = torch.exp2(_exponent(x, fmt) - fmt.mantissa_bits)
     q = torch.round(x / ulp) * ulp  # torch.round: half to even; exact in float64
     q = torch.where(q.abs() > fmt.max, torch.copysign(torch.full_like(q, math.inf), x), q)
@@ -133,16 +119,9 @@ def round_to_format(x, fmt) -> torch.Tensor:
 def spacing(x, fmt) -> torch.Tensor:
     """The gap between |x| and the next larger number of ``fmt`` (one unit in the last place).
 
-    For |x| in [2^k, 2^(k+1)) it is 2^(k - m); below the normal range it is the subnormal gap.
-    An update u > 0 with u < spacing(w)/2 leaves w + u == w in that format.
-
-    Args:
-        x: float or (...) tensor of numbers representable in ``fmt``.
-    """
+    x: float or (...) tensor of numbers representable in ``fmt``."""
     fmt = float_format(fmt)
-    x = _float64(x)
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError("spacing is defined for finite numbers only")
+    x = finite(torch.as_tensor(x, dtype=torch.float64), "x")
     return torch.exp2(_exponent(x, fmt) - fmt.mantissa_bits)
 
 
@@ -158,20 +137,14 @@ def accumulate_updates(
 ) -> torch.Tensor:
     """Apply w <- w + update ``steps`` times and return the weight the model sees after each.
 
-    Without ``master_dtype`` the weight is stored and updated in ``dtype`` (every sum rounded
-    to ``dtype``). With it, a master copy in ``master_dtype`` takes the updates and the model
-    sees the master rounded to ``dtype`` (mixed-precision training with float32 master weights).
-
-    Returns:
-        (steps + 1,) float64 trajectory, starting at w0 rounded to ``dtype``.
-    """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise ValueError(f"steps must be a non-negative int, got {steps!r}")
-    for d, name in ((dtype, "dtype"), (master_dtype, "master_dtype")):
-        if d is not None and (not isinstance(d, torch.dtype) or not d.is_floating_point):
-            raise TypeError(f"{name} must be a floating-point torch.dtype, got {d!r}")
-    if not (math.isfinite(w0) and math.isfinite(update)):
-        raise ValueError(f"w0 and update must be finite, got {w0!r}, {update!r}")
+    Returns (steps + 1,) float64 trajectory, starting at w0 rounded to ``dtype``."""
+    steps = integer(steps, "steps", low=0)
+    float_dtypes = [f.dtype for f in FORMATS.values()]  # an integer dtype would truncate
+    (
+        one_of(dtype, "dtype", float_dtypes),
+        one_of(master_dtype, "master_dtype", [None, *float_dtypes]),
+    )
+    w0, update = number(w0, "w0"), number(update, "update")
     store = dtype if master_dtype is None else master_dtype
     w = torch.tensor(w0, dtype=store)
     u = torch.tensor(update, dtype=store)
@@ -188,32 +161,12 @@ def scaled_grads(
 ) -> tuple[list[torch.Tensor], bool]:
     """Loss scaling: backpropagate scale * loss, then divide the gradients by scale in float32.
 
-    Multiplying the loss by S multiplies every gradient on the way back by S, lifting values
-    that would underflow in float16 into its range; dividing in float32 restores them.
-
-    Args:
-        loss_fn: computes the scalar loss from ``params`` (any dtype inside).
-        params: tensors with ``requires_grad``.
-        scale: S > 0, usually a power of two (then scaling and unscaling are exact).
-
-    Returns:
-        ``(grads, found_inf)``: float32 gradients, one per parameter, and whether any of them
-        overflowed (then a step must be skipped and the scale lowered).
-    """
-    if (
-        isinstance(scale, bool)
-        or not isinstance(scale, (int, float))
-        or not math.isfinite(scale)
-        or scale <= 0
-    ):
-        raise ValueError(f"scale must be a finite positive number, got {scale!r}")
-    params = list(params)
-    if not params or not all(isinstance(p, torch.Tensor) and p.requires_grad for p in params):
-        raise ValueError("params must be a non-empty list of tensors that require grad")
-    loss = loss_fn()
-    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-        raise ValueError("loss_fn must return a scalar tensor")
-    grads = torch.autograd.grad(loss * scale, params)
+    loss_fn: computes the scalar loss from ``params`` (any dtype inside). params: tensors with
+    ``requires_grad``. scale: S > 0, usually a power of two (then scaling and unscaling are
+    exact). Returns ``(grads, found_inf)``: float32 gradients, one per parameter, and whether any
+    of them overflowed (then a step must be skipped and the scale lowered)."""
+    scale = positive(scale, "scale")
+    grads = torch.autograd.grad(loss_fn() * scale, list(params))
     unscaled = [g.float() / scale for g in grads]
     found_inf = any(not bool(torch.isfinite(g).all()) for g in unscaled)
     return unscaled, found_inf
@@ -229,32 +182,11 @@ def update_loss_scale(
 ) -> tuple[float, int]:
     """Dynamic loss scaling as in ``torch.amp.GradScaler``: back off on overflow, grow slowly.
 
-    On an overflow the scale is multiplied by ``backoff_factor`` and the count of good steps
-    resets; after ``growth_interval`` consecutive good steps it is multiplied by
-    ``growth_factor``.
-
-    Returns:
-        ``(new_scale, new_growth_tracker)``.
-    """
-    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a finite positive number, got {scale!r}")
-    if (
-        isinstance(growth_tracker, bool)
-        or not isinstance(growth_tracker, int)
-        or growth_tracker < 0
-    ):
-        raise ValueError(f"growth_tracker must be a non-negative int, got {growth_tracker!r}")
-    if not growth_factor > 1 or not 0 < backoff_factor < 1:
-        raise ValueError(
-            f"need growth_factor > 1 and 0 < backoff_factor < 1, got "
-            f"{growth_factor!r}, {backoff_factor!r}"
-        )
-    if (
-        isinstance(growth_interval, bool)
-        or not isinstance(growth_interval, int)
-        or growth_interval < 1
-    ):
-        raise ValueError(f"growth_interval must be a positive int, got {growth_interval!r}")
+    Returns ``(new_scale, new_growth_tracker)``."""
+    scale, growth_tracker = positive(scale, "scale"), integer(growth_tracker, "growth_tracker", 0)
+    number(growth_factor, "growth_factor", 1.0, open_low=True)
+    number(backoff_factor, "backoff_factor", 0.0, 1.0, open_low=True, open_high=True)
+    positive_int(growth_interval, "growth_interval")
     if found_inf:
         return scale * backoff_factor, 0
     growth_tracker += 1
@@ -271,21 +203,9 @@ def micro_batches(
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Split a batch into ``num_micro`` consecutive micro-batches (sizes differ by at most 1).
 
-    Args:
-        X: (B, ...) inputs; y: (B, ...) targets.
-    """
-    if not isinstance(X, torch.Tensor) or not isinstance(y, torch.Tensor):
-        raise TypeError("X and y must be torch tensors")
-    if X.ndim == 0 or y.ndim == 0 or X.shape[0] != y.shape[0]:
-        raise ValueError(
-            f"X and y need the same first axis, got {tuple(X.shape)} and {tuple(y.shape)}"
-        )
-    if (
-        isinstance(num_micro, bool)
-        or not isinstance(num_micro, int)
-        or not 1 <= num_micro <= X.shape[0]
-    ):
-        raise ValueError(f"num_micro must be an int in [1, B={X.shape[0]}], got {num_micro!r}")
+    X: (B, ...) inputs; y: (B, ...) targets."""
+    shape_is(y, "y", (len(X), *y.shape[1:]))
+    integer(num_micro, "num_micro", 1, len(X))
     parts_X = torch.tensor_split(X, num_micro)  # S tensors (B_s, ...)
     parts_y = torch.tensor_split(y, num_micro)
     return list(zip(parts_X, parts_y, strict=True))
@@ -297,31 +217,18 @@ def accumulate_gradients(
     batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
     weighting: str = "equal",
 ) -> list[torch.Tensor]:
-    """The large-batch gradient from S micro-batches, one backward pass each.
+    """The large-batch gradient from S micro-batches, one backward pass each (eq. 16.5).
 
-    ``loss_fn(params, X_s, y_s)`` must return the *mean* loss over micro-batch s, with gradient
-    g_s. Summing the S gradients gives S times the average gradient, so (eq. 16.5)
-
-    - ``"equal"``: g = (sum_s g_s) / S, exact when all micro-batches have the same size;
-    - ``"size"``:  g = sum_s (B_s / B) g_s, exact for any sizes (the mean over all B examples).
-
-    Returns:
-        One gradient per parameter, shaped like it.
-    """
-    if weighting not in ("equal", "size"):
-        raise ValueError(f"weighting must be 'equal' or 'size', got {weighting!r}")
+    Returns one gradient per parameter, shaped like it."""
+    one_of(weighting, "weighting", ("equal", "size"))
     params = list(params)
-    if not params or not all(isinstance(p, torch.Tensor) and p.requires_grad for p in params):
-        raise ValueError("params must be a non-empty list of tensors that require grad")
     if len(batches) == 0:
-        raise ValueError("batches is empty")
+        raise ValueError("batches must not be empty")
     S = len(batches)
     B = sum(Xs.shape[0] for Xs, _ in batches)
     total = [torch.zeros_like(p) for p in params]
     for Xs, ys in batches:
         loss = loss_fn(params, Xs, ys)
-        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-            raise ValueError("loss_fn must return a scalar tensor (the micro-batch mean)")
         weight = 1.0 if weighting == "equal" else Xs.shape[0] / B
         for acc, g in zip(total, torch.autograd.grad(loss, params), strict=True):
             acc += weight * g  # "equal": the running sum S g

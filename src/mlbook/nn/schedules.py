@@ -1,10 +1,7 @@
 """Learning-rate schedules: linear warmup, cosine decay, warmup-stable-decay (chapter 15).
 
-A schedule is a function from the step index ``t = 0, 1, 2, ...`` (the number of optimizer steps
-already taken) to the learning rate of the next step. The functions here are pure and return
-Python floats; :func:`lr_lambda` turns one into the multiplier that
-``torch.optim.lr_scheduler.LambdaLR`` expects, and :class:`mlbook.nn.optim.Optimizer` accepts one
-directly.
+A schedule maps the step index ``t = 0, 1, 2, ...`` (optimizer steps taken) to the learning rate
+of the next step; :func:`lr_lambda` turns one into a ``LambdaLR`` multiplier.
 
 Shape legend
     scalars only: ``t`` is an int step, every function returns a float learning rate.
@@ -18,6 +15,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from ..validation import integer, number, one_of, positive, probability
+
 __all__ = ["linear_warmup", "warmup_cosine", "warmup_stable_decay", "lr_lambda", "DECAYS"]
 
 #: Shapes of the decay phase of :func:`warmup_stable_decay`, as functions of progress in [0, 1].
@@ -28,48 +27,12 @@ DECAYS: dict[str, Callable[[float], float]] = {
 }
 
 
-def _step(t) -> int:
-    if isinstance(t, bool) or not isinstance(t, int):
-        raise TypeError(f"step t must be an int, got {type(t).__name__}")
-    if t < 0:
-        raise ValueError(f"step t must be >= 0, got {t}")
-    return t
-
-
-def _count(n, name: str, minimum: int = 0) -> int:
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"{name} must be an int, got {type(n).__name__}")
-    if n < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {n}")
-    return n
-
-
-def _rates(peak_lr, min_lr, warmup_start) -> tuple[float, float, float]:
-    for name, x in (("peak_lr", peak_lr), ("min_lr", min_lr), ("warmup_start", warmup_start)):
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-            raise TypeError(f"{name} must be a finite number, got {x!r}")
-    if peak_lr <= 0:
-        raise ValueError(f"peak_lr must be > 0, got {peak_lr}")
-    if not 0 <= min_lr <= peak_lr:
-        raise ValueError(f"need 0 <= min_lr <= peak_lr, got min_lr={min_lr}, peak_lr={peak_lr}")
-    if not 0 <= warmup_start <= 1:
-        raise ValueError(f"warmup_start is a fraction of peak_lr in [0, 1], got {warmup_start}")
-    return float(peak_lr), float(min_lr), float(warmup_start)
-
-
 def linear_warmup(t: int, *, peak_lr: float, warmup_steps: int, warmup_start: float = 0.0) -> float:
-    """Linear warmup ``eta_max (s + (1 - s) t / W)`` for ``t < W``, then ``eta_max``.
+    """Linear warmup eta_max (s + (1 - s) t / W) for t < W, then eta_max.
 
-    ``s = warmup_start`` is the starting fraction (``torch``'s ``LinearLR`` needs ``s > 0``).
-
-    Args:
-        t: step index >= 0.
-        peak_lr: eta_max > 0.
-        warmup_steps: W >= 0 (0: no warmup).
-        warmup_start: s in [0, 1].
-    """
-    t, w = _step(t), _count(warmup_steps, "warmup_steps")
-    peak_lr, _, s = _rates(peak_lr, 0.0, warmup_start)
+    t >= 0; peak_lr: eta_max > 0; warmup_steps: W >= 0; warmup_start: s in [0, 1]."""
+    t, w = integer(t, "t", low=0), integer(warmup_steps, "warmup_steps", low=0)
+    peak_lr, s = positive(peak_lr, "peak_lr"), probability(warmup_start, "warmup_start")
     if t >= w:
         return peak_lr
     return peak_lr * (s + (1.0 - s) * t / w)
@@ -84,20 +47,14 @@ def warmup_cosine(
     min_lr: float = 0.0,
     warmup_start: float = 0.0,
 ) -> float:
-    """Linear warmup for ``W`` steps, then cosine decay from ``eta_max`` to ``eta_min`` at ``T``.
+    """Linear warmup for W steps, then cosine decay from eta_max to eta_min at step T.
 
-    ``eta_t = eta_min + (eta_max - eta_min) (1 + cos(pi (t - W) / (T - W))) / 2`` for
-    ``W <= t <= T`` and ``eta_min`` after ``T``.
-
-    Args:
-        t: step index >= 0.
-        peak_lr, min_lr: eta_max > 0 and 0 <= eta_min <= eta_max.
-        warmup_steps: W >= 0; total_steps: T > W.
-        warmup_start: starting fraction of the warmup, see :func:`linear_warmup`.
-    """
-    t, w = _step(t), _count(warmup_steps, "warmup_steps")
-    total = _count(total_steps, "total_steps", minimum=w + 1)
-    peak_lr, min_lr, s = _rates(peak_lr, min_lr, warmup_start)
+    peak_lr >= min_lr >= 0; warmup_steps: W >= 0; total_steps: T > W; warmup_start as in
+    :func:`linear_warmup`."""
+    t, w = integer(t, "t", low=0), integer(warmup_steps, "warmup_steps", low=0)
+    total = integer(total_steps, "total_steps", low=w + 1)
+    peak_lr, s = positive(peak_lr, "peak_lr"), probability(warmup_start, "warmup_start")
+    min_lr = number(min_lr, "min_lr", 0.0, peak_lr)
     if t < w:
         return linear_warmup(t, peak_lr=peak_lr, warmup_steps=w, warmup_start=s)
     u = min(1.0, (t - w) / (total - w))  # progress of the decay, in [0, 1]
@@ -115,27 +72,16 @@ def warmup_stable_decay(
     decay: str = "linear",
     warmup_start: float = 0.0,
 ) -> float:
-    """Warmup-stable-decay (WSD): warm up for W steps, hold eta_max for S, decay over D steps.
+    """Warmup-stable-decay: warm up for W steps, hold eta_max for S, decay over D.
 
-    During the decay, with progress ``u = (t - W - S) / D`` in [0, 1],
-    ``eta_t = eta_min + (eta_max - eta_min) shape(u)`` where ``shape`` is one of :data:`DECAYS`
-    (``1 - u``, ``(1 + cos(pi u)) / 2`` or ``1 - sqrt(u)``); ``eta_min`` after ``W + S + D``.
-    Unlike the cosine schedule, the stable phase does not depend on the training length: one run
-    can be continued and decayed at any point.
-
-    Args:
-        t: step index >= 0.
-        peak_lr, min_lr: eta_max > 0 and 0 <= eta_min <= eta_max.
-        warmup_steps, stable_steps: W >= 0 and S >= 0; decay_steps: D >= 1.
-        decay: the shape of the decay, a key of :data:`DECAYS`.
-        warmup_start: starting fraction of the warmup, see :func:`linear_warmup`.
-    """
-    t, w = _step(t), _count(warmup_steps, "warmup_steps")
-    s_steps = _count(stable_steps, "stable_steps")
-    d = _count(decay_steps, "decay_steps", minimum=1)
-    peak_lr, min_lr, s = _rates(peak_lr, min_lr, warmup_start)
-    if decay not in DECAYS:
-        raise ValueError(f"decay must be one of {sorted(DECAYS)}, got {decay!r}")
+    The decay ``shape(u)``, u = (t - W - S) / D, is a key of :data:`DECAYS`. peak_lr >= min_lr >= 0;
+    W, S >= 0; D >= 1."""
+    t, w = integer(t, "t", low=0), integer(warmup_steps, "warmup_steps", low=0)
+    s_steps = integer(stable_steps, "stable_steps", low=0)
+    d = integer(decay_steps, "decay_steps", low=1)
+    peak_lr, s = positive(peak_lr, "peak_lr"), probability(warmup_start, "warmup_start")
+    min_lr = number(min_lr, "min_lr", 0.0, peak_lr)
+    one_of(decay, "decay", DECAYS)
     if t < w:
         return linear_warmup(t, peak_lr=peak_lr, warmup_steps=w, warmup_start=s)
     if t < w + s_steps:
@@ -145,17 +91,6 @@ def warmup_stable_decay(
 
 
 def lr_lambda(schedule: Callable[[int], float], base_lr: float) -> Callable[[int], float]:
-    """The multiplier ``t -> schedule(t) / base_lr`` for ``torch.optim.lr_scheduler.LambdaLR``.
-
-    ``LambdaLR`` sets the learning rate of step ``t`` to ``base_lr * lambda(t)``, where
-    ``base_lr`` is the ``lr`` the torch optimizer was created with.
-
-    Args:
-        schedule: step index -> learning rate.
-        base_lr: the optimizer's initial ``lr`` (> 0).
-    """
-    if not callable(schedule):
-        raise TypeError("schedule must be callable (step -> learning rate)")
-    if isinstance(base_lr, bool) or not isinstance(base_lr, (int, float)) or not base_lr > 0:
-        raise ValueError(f"base_lr must be a number > 0, got {base_lr!r}")
+    """The ``LambdaLR`` multiplier t -> schedule(t) / base_lr; base_lr: the optimizer's lr > 0."""
+    base_lr = positive(base_lr, "base_lr")
     return lambda t: schedule(t) / base_lr

@@ -56,6 +56,7 @@ __all__ = [
     "student_notebook",
     "instructor_notebook",
     "colab_badge",
+    "setup_source",
     "load_answers",
     "build_assignment",
     "main",
@@ -379,7 +380,7 @@ def instructor_notebook(nb: dict, where: str = "notebook") -> dict:
     return _notebook(nb, _assignment_cells(nb, where, student=False), keep_outputs=True)
 
 
-def _setup_source(nb: dict) -> str:
+def setup_source(nb: dict) -> str:
     """The chapter's first code cell with IPython magics turned into ``pass``."""
     code = next((c for c in nb["cells"] if c["cell_type"] == "code"), None)
     if code is None:
@@ -399,7 +400,7 @@ def load_answers(path: str | Path, eid: str) -> dict:
     if ex is None:
         raise ValueError(f"{path}: no exercise {eid}")
     namespace: dict = {"__name__": f"answers_{eid.replace('.', '_')}"}
-    exec(compile(_setup_source(nb), f"{path.name}:setup", "exec"), namespace)  # noqa: S102
+    exec(compile(setup_source(nb), f"{path.name}:setup", "exec"), namespace)  # noqa: S102
     for idx in ex.answers:
         exec(compile(_text(nb["cells"][idx]), f"{path.name}:cell{idx}", "exec"), namespace)  # noqa: S102
     return {name: namespace[name] for name in ex.functions}

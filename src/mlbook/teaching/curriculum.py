@@ -1,19 +1,10 @@
-"""The book's curriculum, read from the chapter notebooks themselves.
+"""The book's curriculum, read from the chapter notebooks' header cells (for instructors).
 
-Every chapter's header cell states its title (``# NN · Title``), a **Prerequisites** paragraph
-with links to earlier chapters (``[chapter 6](06_probability.ipynb)``) and an **Estimated time**
-line ("60 minutes to read ..."). This module turns those headers, plus a count of the chapter's
-exercises (``:::{exercise}``) and labelled sheet equations (``$$ ... $$ (eq-N-k)``), into
-:class:`ChapterInfo` records and a dependency graph: an edge ``p -> n`` says that chapter ``p`` is
-a prerequisite of chapter ``n``. The instructor guide uses it to print the table of chapters, draw
-the graph and list what a student needs before any chapter.
-
-Notebooks are read as JSON (no Jupyter dependency), and everything here is a pure function of the
-files' text, so the results are the same on every machine. Malformed input raises ``ValueError``
-naming the file and what is wrong with it.
-
-Shape legend: no tensors; chapters are ints (the formula-sheet chapter number), edges are
-``(prerequisite, chapter)`` pairs, positions ``(x, y)`` floats.
+A header holds ``# NN · Title``, a **Prerequisites** paragraph linking earlier chapters and an
+**Estimated time** line; with the counts of ``{exercise}`` directives and labelled equations
+they become :class:`ChapterInfo` records and a graph with an edge p -> n for "p is a prerequisite
+of n". Pure functions of the files' text (read as JSON); malformed input raises ``ValueError``
+naming the file. No tensors: chapters are ints, edges (p, n) pairs, positions (x, y) floats.
 """
 
 from __future__ import annotations
@@ -24,6 +15,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..validation import one_of, positive
 
 __all__ = [
     "ChapterInfo",
@@ -52,16 +45,8 @@ _EQ_LABEL_RE = re.compile(r"\$\$\s*\((eq-(\d+)-(\d+))\)")
 
 @dataclass(frozen=True)
 class ChapterInfo:
-    """What the header and the body of one chapter notebook say about it.
-
-    Attributes:
-        number: the formula-sheet chapter number (6 for ``06_probability.ipynb``).
-        title: the title of the header line ``# 06 · Probability Theory``.
-        path: the notebook file.
-        prerequisites: sorted chapter numbers linked from the Prerequisites paragraph.
-        minutes: estimated minutes to read and work through, or None if the header gives none.
-        exercises: number of ``{exercise}`` directives.
-        equations: number of labelled sheet equations ``$$ ... $$ (eq-N-k)``.
+    """What one chapter notebook says about itself: number, title, path, sorted prerequisites,
+    minutes (None if not given), number of exercises and of labelled equations.
     """
 
     number: int
@@ -130,14 +115,8 @@ def _minutes(header: str) -> int | None:
 def read_chapter(path: str | Path) -> ChapterInfo:
     """Read one chapter notebook ``NN_slug.ipynb`` into a :class:`ChapterInfo`.
 
-    Args:
-        path: the notebook file; its name must be ``NN_slug.ipynb`` with ``NN`` equal to the
-            number of its title line ``# NN · Title``.
-
-    Raises:
-        ValueError: the file name, the JSON, the header cell, the title line or the
-            Prerequisites paragraph is malformed, a prerequisite link's text and target disagree,
-            or an equation label is duplicated or belongs to another chapter.
+    Raises ValueError for a malformed file name, JSON, header, title or Prerequisites paragraph, a
+    link whose text and target disagree, or a duplicated or foreign equation label.
     """
     path = Path(path)
     m = _FILE_RE.match(path.name)
@@ -189,16 +168,7 @@ def read_chapter(path: str | Path) -> ChapterInfo:
 
 
 def read_chapters(folder: str | Path | None = None) -> list[ChapterInfo]:
-    """Read every ``*.ipynb`` of ``folder``, sorted by chapter number.
-
-    Args:
-        folder: the chapters folder; default ``chapters/`` of the repository this package was
-            installed from in development mode (pass it explicitly anywhere else).
-
-    Raises:
-        ValueError: the folder does not exist or holds no notebooks, two notebooks share a
-            chapter number, or a notebook is malformed (see :func:`read_chapter`).
-    """
+    """Read every ``*.ipynb`` of ``folder`` (default: the repository's ``chapters/``), by number."""
     if folder is None:
         folder = Path(__file__).resolve().parents[2] / "chapters"
     folder = Path(folder)
@@ -212,11 +182,9 @@ def read_chapters(folder: str | Path | None = None) -> list[ChapterInfo]:
 
 
 def _index(chapters: Iterable[ChapterInfo]) -> dict[int, ChapterInfo]:
-    """{number: chapter}; raises on duplicate numbers or objects that are not ChapterInfo."""
+    """{number: chapter}; raises on duplicate numbers."""
     out: dict[int, ChapterInfo] = {}
     for c in chapters:
-        if not isinstance(c, ChapterInfo):
-            raise TypeError(f"expected ChapterInfo records, got {type(c).__name__}")
         if c.number in out:
             raise ValueError(f"chapter {c.number} appears twice: {out[c.number].path} and {c.path}")
         out[c.number] = c
@@ -224,12 +192,7 @@ def _index(chapters: Iterable[ChapterInfo]) -> dict[int, ChapterInfo]:
 
 
 def dependency_edges(chapters: Sequence[ChapterInfo]) -> list[tuple[int, int]]:
-    """All prerequisite edges ``(p, n)``, "chapter p comes before chapter n", sorted.
-
-    Raises:
-        ValueError: a chapter names a prerequisite that is not among ``chapters``, or two
-            records share a chapter number.
-    """
+    """All prerequisite edges (p, n), "chapter p comes before n", sorted; all must be read."""
     index = _index(chapters)
     edges = []
     for n, c in index.items():
@@ -256,15 +219,9 @@ def _find_cycle(nodes: set[int], parents: dict[int, tuple[int, ...]]) -> list[in
 
 
 def topological_order(chapters: Sequence[ChapterInfo]) -> list[int]:
-    """Chapter numbers in an order in which every prerequisite comes first.
+    """Chapter numbers with every prerequisite first (Kahn, smallest number first: unique).
 
-    Kahn's algorithm that always takes the smallest available number, so the order is unique and
-    equals the numeric order whenever the numeric order is valid.
-
-    Raises:
-        ValueError: the prerequisites form a cycle; the message names it, e.g.
-            ``prerequisite cycle: 7 -> 9 -> 7``. Also for missing prerequisites (see
-            :func:`dependency_edges`).
+    Raises ValueError naming a cycle, e.g. ``prerequisite cycle: 7 -> 9 -> 7``.
     """
     edges = dependency_edges(chapters)
     index = _index(chapters)
@@ -291,13 +248,7 @@ def topological_order(chapters: Sequence[ChapterInfo]) -> list[int]:
 
 
 def topological_depths(chapters: Sequence[ChapterInfo]) -> dict[int, int]:
-    """{chapter: depth}: 0 without prerequisites, else 1 + the largest depth of a prerequisite.
-
-    The depth is the length of the longest prerequisite chain that ends in the chapter.
-
-    Raises:
-        ValueError: as :func:`topological_order`.
-    """
+    """{chapter: depth}: the length of the longest prerequisite chain ending in it."""
     index = _index(chapters)
     depth: dict[int, int] = {}
     for n in topological_order(chapters):
@@ -306,22 +257,9 @@ def topological_depths(chapters: Sequence[ChapterInfo]) -> dict[int, int]:
 
 
 def prerequisite_closure(chapters: Sequence[ChapterInfo], n: int) -> list[int]:
-    """Every chapter a student needs before chapter ``n``, direct or indirect, in reading order.
-
-    Args:
-        chapters: the records, e.g. from :func:`read_chapters`.
-        n: a chapter number among them.
-
-    Returns:
-        The ancestors of ``n`` in the prerequisite graph (not ``n`` itself), in
-        :func:`topological_order`.
-
-    Raises:
-        ValueError: ``n`` is not among the chapters, or the graph has a cycle.
-    """
+    """Every chapter needed before chapter ``n``, direct or indirect, in topological order."""
     index = _index(chapters)
-    if isinstance(n, bool) or not isinstance(n, int) or n not in index:
-        raise ValueError(f"chapter {n!r} is not among the chapters read ({sorted(index)})")
+    one_of(n, "n", sorted(index))
     order = topological_order(chapters)
     needed: set[int] = set()
     stack = list(index[n].prerequisites)
@@ -334,15 +272,7 @@ def prerequisite_closure(chapters: Sequence[ChapterInfo], n: int) -> list[int]:
 
 
 def transitive_reduction(chapters: Sequence[ChapterInfo]) -> list[tuple[int, int]]:
-    """The edges ``(p, n)`` that no longer prerequisite chain implies, sorted.
-
-    An edge p -> n is *redundant* when n also reaches p through another prerequisite
-    (p -> q -> ... -> n); the remaining edges have the same closure and are what a figure of
-    the graph needs to show most clearly.
-
-    Raises:
-        ValueError: as :func:`topological_order`.
-    """
+    """The edges (p, n) that no longer prerequisite chain implies, sorted (for figures)."""
     index = _index(chapters)
     closure = {m: set(prerequisite_closure(chapters, m)) for m in index}
     keep = []
@@ -356,22 +286,12 @@ def transitive_reduction(chapters: Sequence[ChapterInfo]) -> list[tuple[int, int
 def layered_layout(
     chapters: Sequence[ChapterInfo], *, spacing: float = 1.0
 ) -> dict[int, tuple[float, float]]:
-    """Deterministic positions for drawing the graph: x = depth, y spread within each layer.
+    """Deterministic positions {chapter: (x, y)} for drawing the graph: x = depth.
 
-    Layer ``d`` holds the chapters of :func:`topological_depths` ``d``. Within a layer the
-    chapters are ordered by the mean y of their prerequisites (the barycentre heuristic, which
-    keeps arrows short and reduces crossings), ties broken by chapter number, and centred on
-    y = 0 with ``spacing`` between neighbours. Smaller y is drawn higher by the caller if it
-    inverts the axis; no randomness anywhere.
-
-    Returns:
-        {chapter: (x, y)}.
-
-    Raises:
-        ValueError: ``spacing`` is not positive, or as :func:`topological_order`.
+    Within a layer the chapters are sorted by the mean y of their prerequisites (barycentre
+    heuristic; ties by number) and centred on y = 0, ``spacing`` apart.
     """
-    if not spacing > 0:
-        raise ValueError(f"spacing must be positive, got {spacing!r}")
+    positive(spacing, "spacing")
     index = _index(chapters)
     depth = topological_depths(chapters)
     layers: dict[int, list[int]] = {}

@@ -13,26 +13,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..validation import integer, positive_int
 from ..viz import use_book_style
 
 __all__ = ["setup", "show_source"]
 
 
 def setup(seed: int = 0, threads: int | None = 1) -> np.random.Generator:
-    """Seed Python, NumPy and torch, use float32 defaults and the book's plot style.
-
-    ``threads`` sets torch's intra-op thread count. The book's problems are small on purpose:
-    on one thread they run faster (no synchronisation) and sum in the same order on every machine,
-    so printed results reproduce. Pass ``threads=None`` to keep torch's default.
-
-    Returns a NumPy ``Generator`` seeded with ``seed`` for the notebook's own draws.
-    """
-    if not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    """Seed Python, NumPy and torch, use float32 and the book's plot style; return a seeded
+    NumPy Generator. One thread (``threads=None``: torch's default) sums in the same order on
+    every machine, so printed results reproduce."""
+    integer(seed, "seed", 0)
     if threads is not None:
-        if not isinstance(threads, int) or threads < 1:
-            raise ValueError(f"threads must be a positive int or None, got {threads!r}")
-        torch.set_num_threads(threads)
+        torch.set_num_threads(positive_int(threads, "threads"))
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -43,14 +36,10 @@ def setup(seed: int = 0, threads: int | None = 1) -> np.random.Generator:
 
 def show_source(*objects) -> None:
     """Display the source of package functions or classes as one highlighted code block."""
-    if not objects:
-        raise ValueError("show_source needs at least one function or class")
     from IPython.display import Markdown, display
 
     blocks: dict[str, list[str]] = {}  # file path -> sources, in the order given
     for obj in objects:
-        if not (inspect.isfunction(obj) or inspect.isclass(obj)):
-            raise TypeError(f"show_source shows functions and classes, got {type(obj).__name__}")
         blocks.setdefault(source_path(obj), []).append(inspect.getsource(obj).rstrip())
     display(
         Markdown(

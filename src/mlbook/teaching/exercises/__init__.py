@@ -12,13 +12,13 @@ It prints one line:
     ○ exercise 12.1 — not attempted yet: ...                   the stub still raises
     ? exercise 12.1 — cannot check here: ...                   a package the check needs is missing
 
-The checks live in one module per chapter (``mlbook.teaching.exercises.ch12`` for ``"12.1"``), imported
-only when a check of that chapter runs. Each check is a small function, registered with
+The checks live in one module per chapter (``mlbook.teaching.exercises.ch12`` for ``"12.1"``),
+imported only when a check of that chapter runs. Each check is a small function, registered with
 :func:`exercise`, that calls the reader's functions through :func:`attempt`, compares the results
 with an independent reference through :func:`expect_answer`, and raises :class:`Incorrect` with
-specific feedback. Before it gives the generic "off by ..." message, :func:`expect_answer`
-compares the answer with the typical wrong answers that the check lists (the transposed matrix,
-the flipped sign, the missing factor), so that a reader hears *which* mistake they made.
+specific feedback. Before it gives the generic "off by ..." message, :func:`expect_answer` compares
+the answer with the typical wrong answers that the check lists (the transposed matrix, the flipped
+sign, the missing factor), so that a reader hears *which* mistake they made.
 
 Each chapter module also lists the typical wrong answers of its exercises, once:
 ``MISTAKES = {"12.1": [(answer, feedback), ...]}``, where ``answer`` is a wrong answer function
@@ -29,8 +29,8 @@ the mistake. The tests run every check on every listed mistake (:func:`mistakes`
 ``check_exercise(..., strict=True)`` raises ``AssertionError`` on anything but a pass; the
 autograder's hidden tests use it (see :mod:`mlbook.teaching.assign`).
 
-Shape legend: answers are compared as float64 tensors of the reference's shape; a shape that
-differs is reported with both shapes before any value is compared.
+Shape legend: answers are compared as float64 tensors of the reference's shape; a shape that differs
+is reported with both shapes before any value is compared.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Checks of the exercises of chapter 6 (probability theory).
 
-The references are independent of the reader's answer and of :mod:`mlbook.foundations.probability`: Bayes'
-rule in log space (``torch.softmax`` of the summed log-likelihoods), autograd's Jacobian of
+The references are independent of the reader's answer and of :mod:`mlbook.foundations.probability`:
+Bayes' rule in log space (``torch.softmax`` of the summed log-likelihoods), autograd's Jacobian of
 ``torch.log_softmax``, samples drawn with ``torch.multinomial``, and the variance of a mean as the
-quadratic form of an explicit covariance matrix; Monte Carlo comparisons allow four standard
-errors.
+quadratic form of an explicit covariance matrix; Monte Carlo comparisons allow four standard errors.
 """
 
 from __future__ import annotations
@@ -212,9 +211,8 @@ def equicorrelated_mean(draws, var_of_mean) -> str:
                 "the coefficient of Z is sqrt(rho): with rho Z the covariance is rho^2": _stats_for(
                     rho**2, 1 - rho, True, n
                 ),
-                "the coefficient of eps is sqrt(1 - rho): with 1 - rho the variance is not 1": _stats_for(
-                    rho, (1 - rho) ** 2, True, n
-                ),
+                "the coefficient of eps is sqrt(1 - rho): with 1 - rho the variance is not "
+                "1": _stats_for(rho, (1 - rho) ** 2, True, n),
                 "the draws are uncorrelated: draw Z once per row, shape (reps, 1), and share it "
                 "among the n draws of that row": _stats_for(rho, r2**2, False, n),
                 "one Z for all rows makes the rows dependent and the columns uncorrelated: draw "
@@ -314,12 +312,8 @@ def gradient_without_baseline(z, r, k):
     return (r[k, None] * F.one_hot(k, z.numel()).double()).mean(dim=0)
 
 
-def ref_score(z, k):
-    return _ref("6.2", "categorical_score")(z, k)
-
-
-def ref_gradient(z, r, k):
-    return _ref("6.2", "score_gradient")(z, r, k)
+ref_score = _ref("6.2", "categorical_score")
+ref_gradient = _ref("6.2", "score_gradient")
 
 
 def draws_rho_coefficient(rho, n, reps, generator):
@@ -350,12 +344,8 @@ def draws_transposed(rho, n, reps, generator):
     return _ref("6.3", "equicorrelated_draws")(rho, n, reps, generator).T
 
 
-def ref_draws(rho, n, reps, generator):
-    return _ref("6.3", "equicorrelated_draws")(rho, n, reps, generator)
-
-
-def ref_var(sigma2, rho, n):
-    return _ref("6.3", "var_of_mean")(sigma2, rho, n)
+ref_draws = _ref("6.3", "equicorrelated_draws")
+ref_var = _ref("6.3", "var_of_mean")
 
 
 def var_independent(sigma2, rho, n):

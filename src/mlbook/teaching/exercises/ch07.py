@@ -1,10 +1,10 @@
 """Checks of the exercises of chapter 7 (information theory).
 
 The references are independent of the reader's answer and of :mod:`mlbook.foundations.information`:
-``scipy.stats.entropy`` for entropies, ``sklearn.metrics.mutual_info_score`` for the plug-in
-mutual information, a vectorised simulation and a Kolmogorov–Smirnov test against ``chi2`` for its
-bias, Gauss–Hermite quadrature (exact for these polynomials) and Monte Carlo for the moments of
-``k2``, and SciPy's bivariate normal CDF for the bin probabilities.
+``scipy.stats.entropy`` for entropies, ``sklearn.metrics.mutual_info_score`` for the plug-in mutual
+information, a vectorised simulation and a Kolmogorov–Smirnov test against ``chi2`` for its bias,
+Gauss–Hermite quadrature (exact for these polynomials) and Monte Carlo for the moments of ``k2``,
+and SciPy's bivariate normal CDF for the bin probabilities.
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ def conditioning_on_one_value(given_each_y, surprising) -> str:
             wrong={
                 "that is in bits; use the natural log (nats)": want / LOG2,
                 "that is H(Y | X = x), one value per row; condition on the columns y": rows,
-                "each column must be divided by p(y) to give the conditional p(x | y)": unnormalised,
+                "each column must be divided by p(y) to give the conditional p(x | "
+                "y)": unnormalised,
                 "that is p(y) H(X | Y = y), the terms of the average H(X | Y); return the "
                 "entropies themselves": want * joint.sum(axis=0),
             },
@@ -292,7 +293,8 @@ def binned_gaussian(table_fn, information) -> str:
                 "the table is the product of its marginals: Y given X = x is N(rho x, 1 - rho^2), "
                 "not N(0, 1)": np.outer(marg, marg),
                 "the sign of rho is flipped: given X = x, Y has mean rho x": _bvn_table(-rho, h),
-                "the density at the bin centre times h^2 is too crude: integrate over the bin": at_centre,
+                "the density at the bin centre times h^2 is too crude: integrate over the "
+                "bin": at_centre,
                 "Y given X = x has standard deviation sqrt(1 - rho^2), not 1": cond_sd1,
             },
             atol=1e-6,
@@ -366,12 +368,8 @@ def binned_gaussian(table_fn, information) -> str:
 # its feedback) ---------------------------------------------------------------------
 
 
-def ref_given_each_y(joint):
-    return _ref("7.1", "entropy_given_each_y")(joint)
-
-
-def ref_surprising():
-    return _ref("7.1", "surprising_joint")()
+ref_given_each_y = _ref("7.1", "entropy_given_each_y")
+ref_surprising = _ref("7.1", "surprising_joint")
 
 
 def given_each_y_bits(joint):
@@ -405,12 +403,8 @@ def transposed_joint():
     return ref_surprising().T
 
 
-def ref_plugin(x, y, kx, ky):
-    return _ref("7.2", "plugin_mi")(x, y, kx, ky)
-
-
-def ref_bias(kx, ky, n):
-    return _ref("7.2", "mi_bias")(kx, ky, n)
+ref_plugin = _ref("7.2", "plugin_mi")
+ref_bias = _ref("7.2", "mi_bias")
 
 
 def plugin_bits(x, y, kx, ky):
@@ -457,12 +451,8 @@ def moments_bias_quarter(mu):
     return mu**2 / 2 + mu**4 / 4, mu**4 / 2 + mu**6 / 4
 
 
-def ref_table(rho, h):
-    return _ref("7.4", "binned_gaussian_table")(rho, h)
-
-
-def ref_information(table, h):
-    return _ref("7.4", "binned_information")(table, h)
+ref_table = _ref("7.4", "binned_gaussian_table")
+ref_information = _ref("7.4", "binned_information")
 
 
 def table_independent(rho, h):

@@ -32,7 +32,8 @@ def zero_failures(upper, wilson) -> str:
                 want,
                 f"zero_failure_upper_bound({n}, {alpha})",
                 wrong={
-                    "that is the Wald interval's end, which collapses to 0 when no event is seen": 0.0,
+                    "that is the Wald interval's end, which collapses to 0 when no event is "
+                    "seen": 0.0,
                     "that is the rule of three 3/N, an approximation; solve (1 - p)^N = alpha "
                     "exactly": 3 / n,
                     "that is the approximation -ln(alpha) / N (the rule of three at alpha = 0.05);"
@@ -116,9 +117,8 @@ def paired_sample_size(paired, independent) -> str:
                 "round up: the smallest N whose half-width is at most h": math.floor(
                     z**2 * var_d / h**2
                 ),
-                "d takes the values -1, 0, 1, so Var[d] = pi_d - delta^2, not delta (1 - delta)": math.ceil(
-                    z**2 * delta * (1 - delta) / h**2
-                ),
+                "d takes the values -1, 0, 1, so Var[d] = pi_d - delta^2, not delta (1 - "
+                "delta)": math.ceil(z**2 * delta * (1 - delta) / h**2),
                 "z and h enter squared: N = z^2 Var[d] / h^2": math.ceil(z * var_d / h),
             },
             atol=0,
@@ -280,12 +280,8 @@ def mcnemar_family(size, familywise) -> str:
 # its feedback) ---------------------------------------------------------------------
 
 
-def ref_upper(n, alpha):
-    return _ref("8.1", "zero_failure_upper_bound")(n, alpha)
-
-
-def ref_wilson(n, z):
-    return _ref("8.1", "wilson_upper_at_zero")(n, z)
+ref_upper = _ref("8.1", "zero_failure_upper_bound")
+ref_wilson = _ref("8.1", "wilson_upper_at_zero")
 
 
 def upper_rule_of_three(n, alpha):
@@ -324,12 +320,8 @@ def wilson_z_not_squared(n, z):
     return z / (n + z)
 
 
-def ref_paired(pi, h, z):
-    return _ref("8.2", "paired_sample_size")(pi, h, z)
-
-
-def ref_independent(pi, h, z):
-    return _ref("8.2", "independent_sample_size")(pi, h, z)
+ref_paired = _ref("8.2", "paired_sample_size")
+ref_independent = _ref("8.2", "independent_sample_size")
 
 
 def paired_without_delta(pi, h, z):
@@ -363,12 +355,8 @@ def independent_one_model(pi, h, z):
     return math.ceil(z**2 * p_a * (1 - p_a) / h**2)
 
 
-def ref_size(n, pi_disc, alpha):
-    return _ref("8.3", "mcnemar_size")(n, pi_disc, alpha)
-
-
-def ref_familywise(n, pi_disc, alpha, m, bonferroni):
-    return _ref("8.3", "familywise_error")(n, pi_disc, alpha, m, bonferroni)
+ref_size = _ref("8.3", "mcnemar_size")
+ref_familywise = _ref("8.3", "familywise_error")
 
 
 def size_nominal(n, pi_disc, alpha):

@@ -1,13 +1,13 @@
 """Checks of the exercises of chapter 9 (learning from data).
 
-The references are independent of :mod:`mlbook.foundations.linear_models` wherever the answer is not asked to
-call it: ridge solutions from ``torch.linalg.lstsq`` on the augmented system ``[X; sqrt(N l2) I]``,
-the gradient-descent error in closed form from ``torch.linalg.eigh``, condition numbers from the
-singular values that the check prescribes, logistic losses from
+The references are independent of :mod:`mlbook.foundations.linear_models` wherever the answer is not
+asked to call it: ridge solutions from ``torch.linalg.lstsq`` on the augmented system ``[X; sqrt(N
+l2) I]``, the gradient-descent error in closed form from ``torch.linalg.eigh``, condition numbers
+from the singular values that the check prescribes, logistic losses from
 ``F.binary_cross_entropy_with_logits`` along a gradient-descent loop written out here, and
-separability from data built to be separable or not. Where the exercise names the package's
-solvers (the relative errors of ``normal_equations`` and ``least_squares_qr``), the check also
-verifies the predicted sizes ``kappa^2 eps`` and ``kappa eps``.
+separability from data built to be separable or not. Where the exercise names the package's solvers
+(the relative errors of ``normal_equations`` and ``least_squares_qr``), the check also verifies the
+predicted sizes ``kappa^2 eps`` and ``kappa eps``.
 """
 
 from __future__ import annotations
@@ -144,16 +144,15 @@ def ridge_protocol(ridge, select_l2) -> str:
             ),
             "the targets are not centred: the model has no intercept, so centre y_tr and y_va with "
             "the training mean": _protocol_mse(X_tr, y_tr, X_va, y_va, grid, y_shift=0.0),
-            "the validation targets are centred with their own mean; use the training mean for both "
+            "the validation targets are centred with their own mean; use the training mean "
+            "for both "
             "(the validation rows may not set any statistic)": _protocol_mse(
                 X_tr, y_tr, X_va, y_va, grid, va_shift=y_va.mean()
             ),
-            "these are training MSEs; the candidates are compared on the validation rows": _protocol_mse(
-                X_tr, y_tr, X_va, y_va, grid, on_training=True
-            ),
-            "the standard deviation is the unbiased one (N - 1); lm.standardise divides by N": _protocol_mse(
-                X_tr, y_tr, X_va, y_va, grid, ddof=1
-            ),
+            "these are training MSEs; the candidates are compared on the validation "
+            "rows": _protocol_mse(X_tr, y_tr, X_va, y_va, grid, on_training=True),
+            "the standard deviation is the unbiased one (N - 1); lm.standardise divides by "
+            "N": _protocol_mse(X_tr, y_tr, X_va, y_va, grid, ddof=1),
             "the ridge fits are missing the factor N of the penalty (see ridge)": _protocol_mse(
                 X_tr, y_tr, X_va, y_va, grid, n_factor=False
             ),
@@ -318,7 +317,8 @@ def condition_number(with_singular_values, gram_condition, solver_errors) -> str
             f"the singular values of {what}",
             wrong={
                 "the singular values came out squared: X = U diag(s) V^T uses s itself": s**2,
-                "the singular values came out as square roots: X = U diag(s) V^T uses s itself": s.sqrt(),
+                "the singular values came out as square roots: X = U diag(s) V^T uses s "
+                "itself": s.sqrt(),
             },
             atol=1e-14,
             rtol=1e-7,
@@ -474,16 +474,14 @@ def early_stopping(early_stopping, is_separable) -> str:
             want,
             f"val_bce of {what}",
             wrong={
-                "these are the training losses; compare the checkpoints on the validation rows": _gd_losses(
-                    X_tr, y_tr, X_tr, y_tr, checkpoints
-                ),
+                "these are the training losses; compare the checkpoints on the validation "
+                "rows": _gd_losses(X_tr, y_tr, X_tr, y_tr, checkpoints),
                 "the losses are one step early: row t of lm.gradient_descent's path holds the "
                 "weights after t steps": _gd_losses(X_tr, y_tr, X_va, y_va, checkpoints, shift=-1),
                 "the step is 4 times too small: L = lambda_max(X^T X) / (4N), with the 4 from "
                 "p(1 - p) <= 1/4": _gd_losses(X_tr, y_tr, X_va, y_va, checkpoints, lr_scale=0.25),
-                "that is the sum of the losses; the mean cross-entropy divides by the number of rows": _gd_losses(
-                    X_tr, y_tr, X_va, y_va, checkpoints, reduction="sum"
-                ),
+                "that is the sum of the losses; the mean cross-entropy divides by the number "
+                "of rows": _gd_losses(X_tr, y_tr, X_va, y_va, checkpoints, reduction="sum"),
             },
             atol=1e-9,
             rtol=1e-7,
@@ -494,7 +492,8 @@ def early_stopping(early_stopping, is_separable) -> str:
             checkpoints[i],
             f"t_best of {what}",
             wrong={
-                "that is the position of the best checkpoint in the list, not its number of steps": i,
+                "that is the position of the best checkpoint in the list, not its number of "
+                "steps": i,
                 "that is the checkpoint with the smallest TRAINING loss": checkpoints[-1],
             },
             atol=0.0,
@@ -527,32 +526,14 @@ def early_stopping(early_stopping, is_separable) -> str:
 
 # the reference answers, looked up when called: a wrong answer replaces one of them
 ridge = _ref("9.1", "ridge")
-
-
 select_l2 = _ref("9.1", "select_l2")
-
-
 contraction_factor = _ref("9.2", "contraction_factor")
-
-
 slowest_direction = _ref("9.2", "slowest_direction")
-
-
 distance_ratio = _ref("9.2", "distance_ratio")
-
-
 with_singular_values = _ref("9.3", "with_singular_values")
-
-
 gram_condition = _ref("9.3", "gram_condition")
-
-
 solver_errors = _ref("9.3", "solver_errors")
-
-
 ref_early_stopping = _ref("9.4", "early_stopping")
-
-
 is_separable = _ref("9.4", "is_separable")
 
 

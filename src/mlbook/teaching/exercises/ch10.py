@@ -1,10 +1,10 @@
 """Checks of the exercises of chapter 10 (automatic differentiation).
 
 Every reference is computed by ``torch.autograd`` in float64 (``torch.autograd.grad`` with
-``grad_outputs`` for the vector-Jacobian products, a backward pass through the unrolled loop for
-the derivative of the tanh iteration), independent of :mod:`mlbook.foundations.autodiff`. The engine itself
-is used only to run the reader's iteration on dual numbers and graph nodes, and ``tracemalloc``
-tells whether a softmax VJP formed the K x K Jacobian.
+``grad_outputs`` for the vector-Jacobian products, a backward pass through the unrolled loop for the
+derivative of the tanh iteration), independent of :mod:`mlbook.foundations.autodiff`. The engine
+itself is used only to run the reader's iteration on dual numbers and graph nodes, and
+``tracemalloc`` tells whether a softmax VJP formed the K x K Jacobian.
 """
 
 from __future__ import annotations
@@ -216,9 +216,8 @@ def tanh_chain(chain_derivative, iterate_tanh) -> str:
             want,
             what,
             wrong={
-                "the factors use y_k; tanh'(w y_k) = 1 - y_{k+1}^2 is written with the NEXT iterate": math.prod(
-                    w * (1 - y * y) for y in ys[:-1]
-                ),
+                "the factors use y_k; tanh'(w y_k) = 1 - y_{k+1}^2 is written with the NEXT "
+                "iterate": math.prod(w * (1 - y * y) for y in ys[:-1]),
                 "the factor w is missing: d tanh(w y)/dy = w (1 - tanh^2(w y))": math.prod(
                     1 - y * y for y in ys[1:]
                 ),
@@ -289,8 +288,6 @@ def _w_tanh(w: float, L: int, y0: float) -> float:
 
 # the reference answers, looked up when called: a wrong answer replaces one of them
 chain_derivative = _ref("10.3", "chain_derivative")
-
-
 iterate_tanh = _ref("10.3", "iterate_tanh")
 
 

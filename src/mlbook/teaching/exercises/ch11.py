@@ -1,11 +1,10 @@
 """Checks of the exercises of chapter 11 (activation functions).
 
 The references are independent of :mod:`mlbook.nn.activations`: ``torch.tanh`` and autograd for the
-tanh identity and its derivative; SciPy's normal CDF ``scipy.special.ndtr`` for the exact GELU,
-the Taylor constants in closed form, and a golden-section search written out here for the
-minimax constant of the tanh approximation; ``torch.autograd.grad`` through
-``F.silu(X W) * (X V) @ W2`` for the SwiGLU gradients; ``torch.logaddexp`` and its autograd
-derivative for the scaled softplus.
+tanh identity and its derivative; SciPy's normal CDF ``scipy.special.ndtr`` for the exact GELU, the
+Taylor constants in closed form, and a golden-section search written out here for the minimax
+constant of the tanh approximation; ``torch.autograd.grad`` through ``F.silu(X W) * (X V) @ W2`` for
+the SwiGLU gradients; ``torch.logaddexp`` and its autograd derivative for the scaled softplus.
 """
 
 from __future__ import annotations
@@ -165,7 +164,8 @@ def gelu_constant(gelu_taylor_constants, gelu_tanh_max_error, minimax_c) -> str:
             err.abs().max(),
             f"gelu_tanh_max_error({cc:.6g}, x) on [-8, 8]",
             wrong={
-                "that is the mean absolute error; the exercise asks for the maximum": err.abs().mean(),
+                "that is the mean absolute error; the exercise asks for the "
+                "maximum": err.abs().mean(),
                 "the absolute value is missing: the largest error may be negative": err.max(),
                 "the reference must be the exact GELU x Phi(x), not the tanh "
                 "approximation with c = 0.044715": (
@@ -350,23 +350,11 @@ def softplus_beta(softplus_beta, softplus_beta_grad) -> str:
 
 # the reference answers, looked up when called: a wrong answer replaces one of them
 ref_tanh_from_sigmoid = _ref("11.1", "tanh_from_sigmoid")
-
-
 tanh_grad_from_sigmoid = _ref("11.1", "tanh_grad_from_sigmoid")
-
-
 gelu_taylor_constants = _ref("11.2", "gelu_taylor_constants")
-
-
 gelu_tanh_max_error = _ref("11.2", "gelu_tanh_max_error")
-
-
 minimax_c = _ref("11.2", "minimax_c")
-
-
 ref_softplus_beta = _ref("11.4", "softplus_beta")
-
-
 softplus_beta_grad = _ref("11.4", "softplus_beta_grad")
 
 

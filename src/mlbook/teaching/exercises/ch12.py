@@ -68,7 +68,8 @@ def two_class_cross_entropy(answer) -> str:
         "two_class_cross_entropy(a, y) for a in [-50, 50] (float32)",
         wrong={
             "the classes are swapped: the first class has logit a and probability y": swapped,
-            "that is the mean over the batch; return one loss per element (reduction='none')": ref.mean(),
+            "that is the mean over the batch; return one loss per element "
+            "(reduction='none')": ref.mean(),
         },
         atol=1e-4,
         rtol=1e-4,

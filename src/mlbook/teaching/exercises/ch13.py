@@ -3,8 +3,8 @@
 The references are independent of the reader's answer and of :mod:`mlbook.nn.losses`: NumPy's
 ``np.quantile(method="inverted_cdf")`` for the pinball minimiser, float64 autograd through
 ``F.logsigmoid`` for the focal-loss derivative, autograd of ``F.cross_entropy`` and ``F.kl_div``
-(and gradient descent driven by it) for distillation, ``scipy.integrate.quad`` for the moments of
-a Gaussian mixture and ``torch.trapezoid`` for the reverse-KL profile.
+(and gradient descent driven by it) for distillation, ``scipy.integrate.quad`` for the moments of a
+Gaussian mixture and ``torch.trapezoid`` for the reverse-KL profile.
 """
 
 from __future__ import annotations
@@ -43,9 +43,8 @@ def pinball(loss, minimiser) -> str:
                 "τ and 1 - τ are swapped: a positive residual (y above c) costs τ per unit, a "
                 "negative one 1 - τ": (1 - tau - neg) * r,
                 "both sides are weighted by τ; the negative side has weight 1 - τ": tau * r.abs(),
-                "max, not min: the loss is the larger of τ r and (τ - 1) r, never negative": torch.minimum(
-                    tau * r, (tau - 1) * r
-                ),
+                "max, not min: the loss is the larger of τ r and (τ - 1) r, never "
+                "negative": torch.minimum(tau * r, (tau - 1) * r),
                 "this ignores τ; ρ_τ is |r|/2 only at τ = 1/2": r.abs() / 2,
             },
             atol=1e-12,
@@ -408,12 +407,8 @@ def minimiser_median(y, tau):
     return y.median()
 
 
-def ref_pinball_loss(r, tau):
-    return _ref("13.1", "pinball_loss")(r, tau)
-
-
-def ref_minimiser(y, tau):
-    return _ref("13.1", "pinball_minimiser")(y, tau)
+ref_pinball_loss = _ref("13.1", "pinball_loss")
+ref_minimiser = _ref("13.1", "pinball_minimiser")
 
 
 # --- 13.2
@@ -479,12 +474,8 @@ def distil_without_T(v, T, lr, steps):
     return _ref("13.3", "distil")(v, T, lr / T, steps)
 
 
-def ref_student_grad(z, v, y, lam, T):
-    return _ref("13.3", "student_grad")(z, v, y, lam, T)
-
-
-def ref_distil(v, T, lr, steps):
-    return _ref("13.3", "distil")(v, T, lr, steps)
+ref_student_grad = _ref("13.3", "student_grad")
+ref_distil = _ref("13.3", "distil")
 
 
 # --- 13.4
@@ -527,12 +518,8 @@ def profile_mean_over_sigma(x, log_p, mus, sigmas):
     return table.mean(dim=0)
 
 
-def ref_moments(weights, means, sds):
-    return _ref("13.4", "mixture_moments")(weights, means, sds)
-
-
-def ref_profile(x, log_p, mus, sigmas):
-    return _ref("13.4", "reverse_kl_profile")(x, log_p, mus, sigmas)
+ref_moments = _ref("13.4", "mixture_moments")
+ref_profile = _ref("13.4", "reverse_kl_profile")
 
 
 MISTAKES = {

@@ -3,10 +3,9 @@
 The references are independent of the reader's answer and of the gradients of :mod:`mlbook.nn.mlp`:
 float64 autograd through ``F.cross_entropy`` for the input gradient, full-batch gradient descent
 driven by autograd (all starting points trained at once) for XOR, the variances of the three
-initialisations written out and the layers multiplied out by hand for the gains, and an exact
-count of slope changes between neighbouring candidate kinks for the linear pieces.
-``mlp.init_mlp`` and ``mlp.init_layers`` only supply the random starting weights that the
-exercises prescribe.
+initialisations written out and the layers multiplied out by hand for the gains, and an exact count
+of slope changes between neighbouring candidate kinks for the linear pieces. ``mlp.init_mlp`` and
+``mlp.init_layers`` only supply the random starting weights that the exercises prescribe.
 """
 
 from __future__ import annotations
@@ -438,12 +437,8 @@ def input_grad_not_transposed(params, X, y):
 # --- 14.2
 
 
-def ref_train_xor(hidden, seed):
-    return _ref("14.2", "train_xor")(hidden, seed)
-
-
-def ref_solves_xor(params):
-    return _ref("14.2", "solves_xor")(params)
+ref_train_xor = _ref("14.2", "train_xor")
+ref_solves_xor = _ref("14.2", "solves_xor")
 
 
 def train_xor_untrained(hidden, seed):
@@ -479,12 +474,8 @@ def solves_xor_string(params):
 # --- 14.3
 
 
-def ref_predicted(widths, scheme):
-    return _ref("14.3", "predicted_gain")(widths, scheme)
-
-
-def ref_measured(widths, scheme, x, generator):
-    return _ref("14.3", "measured_gain")(widths, scheme, x, generator)
+ref_predicted = _ref("14.3", "predicted_gain")
+ref_measured = _ref("14.3", "measured_gain")
 
 
 def predicted_fan_out(widths, scheme):

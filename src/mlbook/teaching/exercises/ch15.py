@@ -3,8 +3,8 @@
 The references are independent of the reader's answer and of :mod:`mlbook.nn.optim`: the matrix of
 one heavy-ball step is assembled by applying eq. 15.2 to two starting states, and the stability
 limit is found by bisection on its spectral radius (``numpy.linalg.eigvals``); Adam's steps and
-trajectories come from ``torch.optim.Adam``, and torch's momentum from ``torch.optim.SGD``, fed
-the same gradients and learning rates.
+trajectories come from ``torch.optim.Adam``, and torch's momentum from ``torch.optim.SGD``, fed the
+same gradients and learning rates.
 """
 
 from __future__ import annotations
@@ -55,11 +55,11 @@ def momentum_limit(matrix, limit) -> str:
             M,
             f"momentum_matrix(lam={lam}, lr={lr}, beta={beta})",
             wrong={
-                "this is the transpose: row 1 gives θ_{t+1} from (θ_t, θ_{t-1}), row 2 copies θ_t": M.T,
+                "this is the transpose: row 1 gives θ_{t+1} from (θ_t, θ_{t-1}), row 2 copies "
+                "θ_t": M.T,
                 "the rows are swapped: the first entry of the new state is θ_{t+1}": M.flip(0),
-                "the sign of β: θ_{t-1} enters through v_{t-1} = θ_t - θ_{t-1}, with -β": torch.tensor(
-                    [[a, beta], [1.0, 0.0]], dtype=F64
-                ),
+                "the sign of β: θ_{t-1} enters through v_{t-1} = θ_t - θ_{t-1}, with "
+                "-β": torch.tensor([[a, beta], [1.0, 0.0]], dtype=F64),
                 "the term θ_t itself is missing: θ_{t+1} = θ_t + v_t, so the corner is "
                 "1 + β - ηλ": torch.tensor([[a - 1, -beta], [1.0, 0.0]], dtype=F64),
             },
@@ -272,9 +272,8 @@ def torch_momentum(answer) -> str:
                 "rescales the old velocity by η_t / η_{t-1}": _velocity_path(
                     grad_fn, theta0, lrs, beta, lambda a, b: 1.0
                 ),
-                "the ratio is upside down: it is η_t / η_{t-1}, the new rate over the old": _velocity_path(
-                    grad_fn, theta0, lrs, beta, lambda a, b: a / b
-                ),
+                "the ratio is upside down: it is η_t / η_{t-1}, the new rate over the "
+                "old": _velocity_path(grad_fn, theta0, lrs, beta, lambda a, b: a / b),
                 "the first row must be theta0: return T + 1 iterates": ref[1:],
             },
             atol=1e-12,
@@ -293,12 +292,8 @@ def torch_momentum(answer) -> str:
 # --- 15.1
 
 
-def ref_matrix(lam, lr, beta):
-    return _ref("15.1", "momentum_matrix")(lam, lr, beta)
-
-
-def ref_limit(lam, beta):
-    return _ref("15.1", "momentum_limit")(lam, beta)
+ref_matrix = _ref("15.1", "momentum_matrix")
+ref_limit = _ref("15.1", "momentum_limit")
 
 
 def matrix_transposed(lam, lr, beta):
@@ -340,12 +335,8 @@ def limit_times_lam(lam, beta):
 # --- 15.2
 
 
-def ref_first_step(g, lr, eps):
-    return _ref("15.2", "adam_first_step")(g, lr, eps)
-
-
-def ref_run(grad_fn, theta0, lr, steps, eps):
-    return _ref("15.2", "adam_run")(grad_fn, theta0, lr, steps, eps)
+ref_first_step = _ref("15.2", "adam_first_step")
+ref_run = _ref("15.2", "adam_run")
 
 
 def first_step_uncorrected(g, lr, eps):

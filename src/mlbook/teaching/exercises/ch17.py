@@ -1,10 +1,10 @@
 """Checks of the exercises of chapter 17 (tokenization and embeddings).
 
-The references are independent of the reader's answer: Python's own UTF-8 codec and its
-incremental decoder (``codecs``), the naive BPE encoder ``tok.encode_naive`` on merge lists cut by
-hand, splits worked out by hand on a small WordPiece vocabulary and the real WordPiece tokenizer of
-all-MiniLM-L6-v2 (through the ``tokenizers`` library, where it is installed), and autograd on a
-tied embedding model.
+The references are independent of the reader's answer: Python's own UTF-8 codec and its incremental
+decoder (``codecs``), the naive BPE encoder ``tok.encode_naive`` on merge lists cut by hand, splits
+worked out by hand on a small WordPiece vocabulary and the real WordPiece tokenizer of
+all-MiniLM-L6-v2 (through the ``tokenizers`` library, where it is installed), and autograd on a tied
+embedding model.
 """
 
 from __future__ import annotations
@@ -168,11 +168,8 @@ def invalid_and_stream(invalid_token_ids, stream_decode) -> str:
                     "ignoring them": _streamed(vocab, ids, errors="ignore"),
                     "print the complete characters at once and hold back only the incomplete one "
                     "at the end": _streamed(vocab, ids, hold_whole=True),
-                    "print each character as soon as its last byte has arrived, not all at the end": [
-                        ""
-                    ]
-                    * (len(ids) - 1)
-                    + [text],
+                    "print each character as soon as its last byte has arrived, not all at "
+                    "the end": [""] * (len(ids) - 1) + [text],
                 },
             )
     ids = tok.encode(_corpus()["bilingual"], texts[0])
@@ -426,11 +423,13 @@ def absent_tokens_and_grad(absent_tokens, absent_token_grad) -> str:
         absent,
         "absent_tokens(inputs, targets, V)",
         wrong={
-            "a token that is a target but never an input is not absent (it gets a target term)": ~in_inputs,
-            "a token that is an input but never a target is not absent (it gets the input part)": ~in_targets,
+            "a token that is a target but never an input is not absent (it gets a target "
+            "term)": ~in_inputs,
+            "a token that is an input but never a target is not absent (it gets the input "
+            "part)": ~in_targets,
             "those are the tokens present somewhere; return the absent ones": ~absent,
-            "a token is absent only if it is missing from both the inputs and the targets": ~in_inputs
-            | ~in_targets,
+            "a token is absent only if it is missing from both the inputs and the "
+            "targets": ~in_inputs | ~in_targets,
         },
     )
     Er = E.clone().requires_grad_(True)  # tied: one matrix, two uses
@@ -482,12 +481,8 @@ def absent_tokens_and_grad(absent_tokens, absent_token_grad) -> str:
 # 17.1 ---------------------------------------------------------------------------------------
 
 
-def stream(vocab, ids):
-    return _ref("17.1", "stream_decode")(vocab, ids)
-
-
-def invalid(vocab):
-    return _ref("17.1", "invalid_token_ids")(vocab)
+stream = _ref("17.1", "stream_decode")
+invalid = _ref("17.1", "invalid_token_ids")
 
 
 def invalid_single_bytes_only(vocab):
@@ -622,12 +617,8 @@ def wp_string(word, vocab):
 # 17.4 ---------------------------------------------------------------------------------------
 
 
-def absent(inputs, targets, V):
-    return _ref("17.4", "absent_tokens")(inputs, targets, V)
-
-
-def absent_grad(h, E, j):
-    return _ref("17.4", "absent_token_grad")(h, E, j)
+absent = _ref("17.4", "absent_tokens")
+absent_grad = _ref("17.4", "absent_token_grad")
 
 
 def absent_inputs_only(inputs, targets, V):

@@ -73,9 +73,8 @@ def smoothing(smoothing_weight, interpolated_probs) -> str:
                 lam,
                 what,
                 wrong={
-                    "that is 1 - λ, the weight of the uniform distribution; λ weights the counts": torch.where(
-                        seen, 1 - lam, torch.ones_like(lam)
-                    ),
+                    "that is 1 - λ, the weight of the uniform distribution; λ weights the "
+                    "counts": torch.where(seen, 1 - lam, torch.ones_like(lam)),
                     "the pseudo-counts add α to each of the V next tokens, so n_i + α V, not "
                     "n_i + α": torch.where(seen, n / (n + alpha), torch.zeros_like(n)),
                     "n_i sums the counts over the next token, the last axis": _weight_over_axis0(
@@ -287,12 +286,8 @@ def temperature(temperature_entropy, entropy_limits) -> str:
 # 18.1 ---------------------------------------------------------------------------------------
 
 
-def weight(counts, alpha):
-    return _ref("18.1", "smoothing_weight")(counts, alpha)
-
-
-def probs(counts, alpha):
-    return _ref("18.1", "interpolated_probs")(counts, alpha)
+weight = _ref("18.1", "smoothing_weight")
+probs = _ref("18.1", "interpolated_probs")
 
 
 def weight_swapped(counts, alpha):
@@ -344,12 +339,8 @@ def probs_unsmoothed(counts, alpha):
 # 18.2 ---------------------------------------------------------------------------------------
 
 
-def count(v, c, d, h):
-    return _ref("18.2", "mlp_param_count")(v, c, d, h)
-
-
-def crossover(v, d, h):
-    return _ref("18.2", "first_larger_context")(v, d, h)
+count = _ref("18.2", "mlp_param_count")
+crossover = _ref("18.2", "first_larger_context")
 
 
 def count_no_biases(v, c, d, h):
@@ -385,12 +376,8 @@ def crossover_from_zero(v, d, h):
 # 18.3 ---------------------------------------------------------------------------------------
 
 
-def entropy(z, tau):
-    return _ref("18.3", "temperature_entropy")(z, tau)
-
-
-def limits(z):
-    return _ref("18.3", "entropy_limits")(z)
+entropy = _ref("18.3", "temperature_entropy")
+limits = _ref("18.3", "entropy_limits")
 
 
 def entropy_naive(z, tau):

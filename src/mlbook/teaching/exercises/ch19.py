@@ -1,9 +1,10 @@
 """Checks of the exercises of chapter 19 (scaled dot-product attention).
 
-The references are independent of the reader's answer and of :mod:`mlbook.attention.dot_product`: autograd
-through a softmax written with explicit exponentials (19.1), ``F.scaled_dot_product_attention``
-run on the permuted tokens (19.2), the closed form of eq. 19.2 and ``scipy.stats.entropy``
-(19.3), and explicit loops over the layers, heads and word pieces (19.4).
+The references are independent of the reader's answer and of :mod:`mlbook.attention.dot_product`:
+autograd through a softmax written with explicit exponentials (19.1),
+``F.scaled_dot_product_attention`` run on the permuted tokens (19.2), the closed form of eq. 19.2
+and ``scipy.stats.entropy`` (19.3), and explicit loops over the layers, heads and word pieces
+(19.4).
 """
 
 from __future__ import annotations
@@ -314,9 +315,8 @@ def word_attention(word_mass, top_head) -> str:
                 "that is the flat index; split it into (layer, head) with divmod(flat, H)": flat,
                 "divide the flat index by the number of heads H (the row length), not by the "
                 "number of layers": torch.tensor(divmod(flat, s.shape[0]), dtype=F64),
-                "on a tie take the first maximum in row-major order (as torch.argmax does)": torch.tensor(
-                    divmod(last, s.shape[1]), dtype=F64
-                ),
+                "on a tie take the first maximum in row-major order (as torch.argmax "
+                "does)": torch.tensor(divmod(last, s.shape[1]), dtype=F64),
             },
             atol=0.0,
             rtol=0.0,
@@ -332,12 +332,8 @@ def word_attention(word_mass, top_head) -> str:
 # its feedback) ---------------------------------------------------------------------
 
 
-def _rowsum(out, grad_out):
-    return _ref("19.1", "rowsum_from_outputs")(out, grad_out)
-
-
-def _score_grad(weights, v, out, grad_out):
-    return _ref("19.1", "score_grad")(weights, v, out, grad_out)
+_rowsum = _ref("19.1", "rowsum_from_outputs")
+_score_grad = _ref("19.1", "score_grad")
 
 
 def rowsum_over_queries(out, grad_out):
@@ -441,8 +437,7 @@ def mass_first_pieces(maps, query, key):
     return maps[:, :, query[0], key[0]]
 
 
-def _top(scores):
-    return _ref("19.4", "top_head")(scores)
+_top = _ref("19.4", "top_head")
 
 
 def top_swapped(scores):

@@ -2,10 +2,10 @@
 
 The references are independent of the reader's formulas: the multiply-adds that
 ``torch.utils.flop_counter.FlopCounterMode`` counts in a forward pass of
-:class:`mlbook.attention.multihead.MultiHeadAttention`, its parameter tensors and the size of its weight
-tensor (20.1, 20.2), a head-by-head implementation of the taxonomy rule evaluated at every
-threshold where a class can change (20.3), and the module's own split of the projected queries
-and keys with ranks counted from ``numpy.linalg.svd`` (20.4).
+:class:`mlbook.attention.multihead.MultiHeadAttention`, its parameter tensors and the size of its
+weight tensor (20.1, 20.2), a head-by-head implementation of the taxonomy rule evaluated at every
+threshold where a class can change (20.3), and the module's own split of the projected queries and
+keys with ranks counted from ``numpy.linalg.svd`` (20.4).
 """
 
 from __future__ import annotations
@@ -255,16 +255,14 @@ def thresholds(class_counts, threshold_sensitive) -> str:
                 "keeps its class": _counts(_classify(scores, tau, strict=True)),
                 "an undefined (nan) previous or next score must never win; leave it out (e.g. "
                 "nan_to_num)": _counts(_classify(scores, tau, nan_wins=True)),
-                "on a tie the first mass score in the order previous, next, self, sink wins": _counts(
-                    _classify(scores, tau, last_tie=True)
-                ),
+                "on a tie the first mass score in the order previous, next, self, sink "
+                "wins": _counts(_classify(scores, tau, last_tie=True)),
                 "a head whose entropy equals tau_broad = 0.75 is broad (>=)": _counts(
                     _classify(scores, tau, strict_broad=True)
                 ),
                 "use tau_mass, not the default threshold 0.5": _counts(_classify(scores, 0.5)),
-                "count in the order of ht.CLASSES: previous, next, self, sink, broad, mixed": _counts(
-                    _classify(scores, tau), sorted(ht.CLASSES)
-                ),
+                "count in the order of ht.CLASSES: previous, next, self, sink, broad, "
+                "mixed": _counts(_classify(scores, tau), sorted(ht.CLASSES)),
             },
             atol=0.0,
             rtol=0.0,
@@ -286,9 +284,8 @@ def thresholds(class_counts, threshold_sensitive) -> str:
                 "True marks the heads that move, not the ones that keep their class": 1 - want,
                 "a head whose largest mass score is below tau_lo is broad or mixed for every "
                 "tau: it does not move": (mass < hi).to(F64),
-                "an undefined (nan) previous or next score must never win; leave it out": _sensitive(
-                    scores, lo, hi, nan_wins=True
-                ),
+                "an undefined (nan) previous or next score must never win; leave it "
+                "out": _sensitive(scores, lo, hi, nan_wins=True),
             },
             atol=0.0,
             rtol=0.0,
@@ -325,7 +322,8 @@ def head_ranks(head_forms, form_ranks) -> str:
             f"head_forms(W_Q, W_K, num_heads={H}) for d = {d}",
             wrong={
                 "head h owns the contiguous block of columns h d_h, ..., (h+1) d_h - 1 "
-                "(split_heads reads the last axis d as (H, d_h)), not every H-th column": interleaved,
+                "(split_heads reads the last axis d as (H, d_h)), not every H-th "
+                "column": interleaved,
                 "that is the transpose: the score of query x and key y is "
                 "x W_Q^(h) (y W_K^(h))^T, so the form is W_Q^(h) W_K^(h)^T": want.transpose(-2, -1),
                 "leave out the 1/sqrt(d_h) scale": want / math.sqrt(d_h),

@@ -1,9 +1,9 @@
 """Checks of the exercises of chapter 21 (positional encoding and RoPE).
 
-The references avoid :mod:`mlbook.attention.rope` and :mod:`mlbook.attention.positional`: the partial-RoPE kernel is
-the trace of an explicit block rotation matrix, the look-back matrix a NumPy least-squares fit to
-sinusoidal tables, the ALiBi biases Python loops, and the RoPE of the checkpoint conversion is
-written out with complex numbers.
+The references avoid :mod:`mlbook.attention.rope` and :mod:`mlbook.attention.positional`: the
+partial-RoPE kernel is the trace of an explicit block rotation matrix, the look-back matrix a NumPy
+least-squares fit to sinusoidal tables, the ALiBi biases Python loops, and the RoPE of the
+checkpoint conversion is written out with complex numbers.
 """
 
 from __future__ import annotations
@@ -113,7 +113,8 @@ def lookback_matrix(answer) -> str:
             want,
             f"lookback_matrix(k={k}, d={d}, base={base:g})",
             wrong={
-                "this looks k tokens ahead (largest at s = t + k): it is the transpose of W": want.T,
+                "this looks k tokens ahead (largest at s = t + k): it is the transpose of "
+                "W": want.T,
                 "the identity gives the plain similarity p_t^T p_s, largest at s = t": torch.eye(
                     d, dtype=F64
                 ),
@@ -169,8 +170,10 @@ def alibi_forms(symmetric, gap) -> str:
             wrong={
                 "an encoder attends in both directions: no -inf mask on the keys s > t": sym_ref
                 + causal,
-                "that is the key form α_h s; the symmetric bias depends on the distance |t - s|": key_ref,
-                "the sign is flipped: ALiBi penalises distance, the bias is -α_h|t - s| <= 0": -sym_ref,
+                "that is the key form α_h s; the symmetric bias depends on the distance |t - "
+                "s|": key_ref,
+                "the sign is flipped: ALiBi penalises distance, the bias is -α_h|t - s| <= "
+                "0": -sym_ref,
                 "use the distance |t - s|: -α_h(t - s) rewards the keys after the query": -slopes[
                     :, None, None
                 ]
@@ -312,8 +315,7 @@ def lookback_half_split(k, d, base=10000.0):
     return rope.rope_rotation_matrix(-k, rope.rope_frequencies(d, base))
 
 
-def _gap(slopes, T):
-    return _ref("21.3", "alibi_form_gap")(slopes, T)
+_gap = _ref("21.3", "alibi_form_gap")
 
 
 def symmetric_masked(slopes, T):
@@ -329,8 +331,7 @@ def symmetric_key_form(slopes, T):
     return pos_enc.alibi_bias(slopes, T, form="key", causal=False)
 
 
-def symmetric_ok(slopes, T):
-    return _ref("21.3", "symmetric_alibi_bias")(slopes, T)
+symmetric_ok = _ref("21.3", "symmetric_alibi_bias")
 
 
 def gap_row_constant(slopes, T):

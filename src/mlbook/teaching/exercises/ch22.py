@@ -11,11 +11,14 @@ from __future__ import annotations
 import copy
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from ...models import transformer as tfm
+from ...models import decoder
+from ...models.config import DecoderConfig
 from . import attempt, exercise, expect, expect_answer
+from . import reference_answer as _ref
 
 F64 = torch.float64
 
@@ -59,10 +62,10 @@ def gpt2_block_parameters(answer) -> str:
 
 def _measured_break_even(d: int, h: int) -> float:
     """T at which attention FLOPs equal weight FLOPs, from two measured forward passes."""
-    config = tfm.TransformerConfig(d_model=d, n_heads=1, d_ff=h, max_seq_len=8)
+    config = DecoderConfig(vocab_size=256, d_model=d, n_heads=1, d_ff=h, max_seq_len=8)
     per_token = {}
     with torch.device("meta"):
-        block = tfm.DecoderBlock(config)
+        block = decoder.DecoderBlock(config)
         for T in (4, 8):
             x = torch.randn(1, T, d)
             with FlopCounterMode(display=False) as counter:
@@ -112,8 +115,8 @@ def _layer(v: torch.Tensor, gain, eps: float) -> torch.Tensor:
 def zeroed_blocks(zero, post_formula) -> str:
     """A zeroed pre-norm block is the identity; the post-norm formula against the block."""
     gen = torch.Generator().manual_seed(223)
-    config = tfm.TransformerConfig(d_model=32, n_heads=4, d_ff=64, max_seq_len=16)
-    block = tfm.DecoderBlock(config, generator=gen, dtype=F64)
+    config = DecoderConfig(vocab_size=256, d_model=32, n_heads=4, d_ff=64, max_seq_len=16)
+    block = decoder.DecoderBlock(config, generator=gen, dtype=F64)
     with torch.no_grad():
         for norm in (block.attn_norm, block.ffn_norm):
             norm.weight.add_(0.3 * torch.randn(config.d_model, generator=gen, dtype=F64))
@@ -136,7 +139,8 @@ def zeroed_blocks(zero, post_formula) -> str:
         x,
         "block(x) after zero_output_projections",
         wrong={
-            "the block is unchanged: set W_O and W_d to zero in place (under torch.no_grad())": untouched,
+            "the block is unchanged: set W_O and W_d to zero in place (under "
+            "torch.no_grad())": untouched,
             "the attention branch still adds its output: zero W_O (block.attn.Wo) too": attn_only,
             "the FFN branch still adds its output: zero W_d (block.ffn.W2) too": ffn_only,
         },
@@ -157,15 +161,15 @@ def zeroed_blocks(zero, post_formula) -> str:
             f"`{name}` changed: only W_O (attn.Wo) and W_d (ffn.W2) should be set to zero, "
             "the other weights stay as they are",
         )
-    post = tfm.PostNormDecoderBlock(config, dtype=F64)
+    post = decoder.PostNormDecoderBlock(config, dtype=F64)
     post.load_state_dict(returned.state_dict())
     with torch.no_grad():
         gap = (post(x) - x).abs().max().item()
     expect(gap > 1.0, "the post-norm block with the same weights should not be the identity")
 
     for d, eps in ((16, 1e-6), (8, 0.5)):
-        cfg = tfm.TransformerConfig(d_model=d, n_heads=2, d_ff=2 * d, max_seq_len=16, norm_eps=eps)
-        ref_block = tfm.PostNormDecoderBlock(cfg, generator=gen, dtype=F64)
+        cfg = DecoderConfig(256, d, n_heads=2, d_ff=2 * d, max_seq_len=16, norm_eps=eps)
+        ref_block = decoder.PostNormDecoderBlock(cfg, generator=gen, dtype=F64)
         g_attn = 1 + 0.3 * torch.randn(d, generator=gen, dtype=F64)
         g_ffn = 1 + 0.3 * torch.randn(d, generator=gen, dtype=F64)
         with torch.no_grad():
@@ -207,3 +211,118 @@ def zeroed_blocks(zero, post_formula) -> str:
         "matrices changed; the post-norm formula matches PostNormDecoderBlock at eps = 1e-6 "
         "and 0.5"
     )
+
+
+# Typical wrong answers (one place: the tests build each and check that it is rejected with
+# its feedback) ---------------------------------------------------------------------
+
+
+def params_without_biases(d, h):
+    return 4 * d * d + 2 * d * h + 4 * d
+
+
+def params_layernorm_gain_only(d, h):
+    return 4 * d * d + 4 * d + 2 * d * h + h + d + 2 * d
+
+
+def params_fixed_h(d, h):
+    return 12 * d * d + 13 * d
+
+
+def params_three_ffn_matrices(d, h):
+    return 4 * d * d + 4 * d + 3 * d * h + h + d + 4 * d
+
+
+def break_even_six_d(d, h):
+    return 6.0 * d
+
+
+def break_even_half_attention(d, h):
+    return 2 * (4 * d * d + 3 * d * h) / (2 * d)
+
+
+def break_even_one_flop_per_weight(d, h):
+    return (4 * d * d + 3 * d * h) / (4 * d)
+
+
+def break_even_attention_weights_only(d, h):
+    return 2 * 4 * d * d / (4 * d)
+
+
+def _post(x, g_attn, g_ffn, eps):
+    return _ref("22.3", "zeroed_post_norm")(x, g_attn, g_ffn, eps)
+
+
+def _zero(block):
+    return _ref("22.3", "zero_output_projections")(block)
+
+
+def zero_only_ffn(block):
+    with torch.no_grad():
+        block.ffn.W2.zero_()
+    return block
+
+
+def zero_only_attention(block):
+    with torch.no_grad():
+        block.attn.Wo.zero_()
+    return block
+
+
+def zero_values_and_gate(block):
+    with torch.no_grad():
+        block.attn.Wv.zero_()
+        block.ffn.W.zero_()
+    return block
+
+
+def zero_without_return(block):
+    _zero(block)
+
+
+def post_identity(x, g_attn, g_ffn, eps):
+    return x
+
+
+def post_one_norm(x, g_attn, g_ffn, eps):
+    return F.rms_norm(x, (x.shape[-1],), g_ffn, eps)
+
+
+def post_swapped_gains(x, g_attn, g_ffn, eps):
+    return _post(x, g_ffn, g_attn, eps)
+
+
+def post_without_eps(x, g_attn, g_ffn, eps):
+    return _post(x, g_attn, g_ffn, 0.0)
+
+
+def post_layer_norm(x, g_attn, g_ffn, eps):
+    d = x.shape[-1]
+    return F.layer_norm(F.layer_norm(x, (d,), g_attn, None, eps), (d,), g_ffn, None, eps)
+
+
+MISTAKES = {
+    "22.1": [
+        (params_without_biases, "the biases are missing"),
+        (params_layernorm_gain_only, "a gain and a bias"),
+        (params_fixed_h, "depends on h"),
+        (params_three_ffn_matrices, "two matrices, not three"),
+    ],
+    "22.2": [
+        (break_even_six_d, "T = 6d holds only for h = 8d/3"),
+        (break_even_half_attention, "4Td for the pair"),
+        (break_even_one_flop_per_weight, "2 FLOPs per token"),
+        (break_even_attention_weights_only, "not only attention's 4d²"),
+    ],
+    "22.3": [
+        ((zero_only_ffn, _post), "zero W_O (block.attn.Wo) too"),
+        ((zero_only_attention, _post), "zero W_d (block.ffn.W2) too"),
+        ((zero_values_and_gate, _post), "`attn.Wo` should be zero"),
+        ((zero_without_return, _post), "should return the block"),
+        ((_zero, post_identity), "not the identity"),
+        ((_zero, post_one_norm), "two norms act in turn"),
+        ((_zero, post_swapped_gains), "the gains are swapped"),
+        ((_zero, post_without_eps), "eps is missing"),
+        ((_zero, post_layer_norm), "subtracts no mean"),
+    ],
+}

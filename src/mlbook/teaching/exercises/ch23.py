@@ -1,10 +1,9 @@
 """Checks of the exercises of chapter 23 (training a GPT from scratch).
 
-Greedy decoding is checked against an argmax loop written here and against ``gpt.generate``; the
-parameter split against the tensors of ``transformers``' ``GPT2LMHeadModel`` built on the
-``meta`` device; the unit conversions against NumPy, and the unigram cross-entropy against
-character counts (``collections.Counter``) of the chapter's own corpus, with the bigram model
-recomputed in NumPy.
+Greedy decoding is checked against an argmax loop written here and against ``generate``; the
+parameter split against the tensors of ``transformers``' ``GPT2LMHeadModel`` built on the ``meta``
+device; the unit conversions against NumPy, and the unigram cross-entropy against character counts
+(``collections.Counter``) of the chapter's own corpus, with the bigram model recomputed in NumPy.
 """
 
 from __future__ import annotations
@@ -16,15 +15,18 @@ import numpy as np
 import torch
 
 from ...language import language_model as lm
-from ...models import gpt
+from ...models import decoder
+from ...models.config import gpt2_config
+from ...models.generate import generate
 from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer, expect_tuple
+from . import reference_answer as _ref
 
 
 def _argmax_path(
     model, prompts: torch.Tensor, n_new: int, *, window: int | None = None, position: int = -1
 ) -> torch.Tensor:
     """Greedy tokens with an explicit loop; ``window`` and ``position`` produce the mistakes."""
-    window = model.config.block_size if window is None else window
+    window = model.config.max_seq_len if window is None else window
     out = prompts.clone()
     with torch.no_grad():
         for _ in range(n_new):
@@ -35,10 +37,10 @@ def _argmax_path(
 
 @exercise("23.1", "greedy_by_hand")
 def greedy_by_hand(answer) -> str:
-    """The greedy path against an argmax loop and gpt.generate, past the model's context."""
-    cfg = gpt.GPTConfig(vocab_size=13, block_size=8, n_layer=2, n_head=2, d_model=16, init_std=0.3)
+    """The greedy path against an argmax loop and generate, past the model's context."""
+    cfg = gpt2_config(vocab_size=13, d_model=16, n_layers=2, n_heads=2, max_seq_len=8, init_std=0.3)
     gen = torch.Generator().manual_seed(231)
-    model = gpt.GPT(cfg, generator=gen, dtype=torch.float64).eval()
+    model = decoder.Decoder(cfg, generator=gen, dtype=torch.float64).eval()
     for B, P, n_new in ((3, 5, 10), (2, 1, 3), (2, 4, 0)):
         prompts = torch.randint(0, cfg.vocab_size, (B, P), generator=gen)
         want = _argmax_path(model, prompts, n_new)
@@ -47,16 +49,16 @@ def greedy_by_hand(answer) -> str:
             wrong["the next token comes from the logits of the last position, model(x)[:, -1]"] = (
                 _argmax_path(model, prompts, n_new, position=0)
             )
-        if P + n_new > cfg.block_size:
-            wrong["feed the last block_size tokens, not block_size - 1"] = _argmax_path(
-                model, prompts, n_new, window=cfg.block_size - 1
+        if P + n_new > cfg.max_seq_len:
+            wrong["feed the last max_seq_len tokens, not max_seq_len - 1"] = _argmax_path(
+                model, prompts, n_new, window=cfg.max_seq_len - 1
             )
         try:
             got = attempt(answer, model, prompts.clone(), n_new)
         except Incorrect as err:
-            if "block_size" in str(err):
+            if "max_seq_len" in str(err):
                 raise Incorrect(
-                    f"{err}: feed the model only the last block_size tokens, it has "
+                    f"{err}: feed the model only the last max_seq_len tokens, it has "
                     "no position embedding beyond them"
                 ) from None
             raise
@@ -76,9 +78,7 @@ def greedy_by_hand(answer) -> str:
             ("temperature 0", dict(temperature=0.0)),
             ("top-k = 1 at temperature 1.3", dict(temperature=1.3, top_k=1)),
         ):
-            sampled = gpt.generate(
-                model, prompts, n_new, torch.Generator().manual_seed(0), **kwargs
-            )
+            sampled = generate(model, prompts, n_new, torch.Generator().manual_seed(0), **kwargs)
             expect(torch.equal(sampled, want), f"generate with {name} should give the greedy path")
     return (
         "matches an argmax loop for prompts of lengths 5, 1, 4 and outputs longer than the "
@@ -253,3 +253,144 @@ def units_and_unigram(convert, unigram) -> str:
         "character counts of the chapter's corpus and lies between the bigram model's "
         "and log V"
     )
+
+
+# Typical wrong answers (one place: the tests build each and check that it is rejected with
+# its feedback) ---------------------------------------------------------------------
+
+
+def greedy_uncropped(model, prompts, n_new):
+    out = prompts.clone()
+    with torch.no_grad():
+        for _ in range(n_new):
+            out = torch.cat([out, model(out)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return out
+
+
+def greedy_first_position(model, prompts, n_new):
+    out = prompts.clone()
+    with torch.no_grad():
+        for _ in range(n_new):
+            z = model(out[:, -model.config.max_seq_len :])[:, 0]
+            out = torch.cat([out, z.argmax(-1, keepdim=True)], dim=1)
+    return out
+
+
+def greedy_new_tokens_only(model, prompts, n_new):
+    return _ref("23.1", "greedy_by_hand")(model, prompts, n_new)[:, prompts.shape[1] :]
+
+
+def greedy_short_window(model, prompts, n_new):
+    out = prompts.clone()
+    with torch.no_grad():
+        for _ in range(n_new):
+            z = model(out[:, -(model.config.max_seq_len - 1) :])[:, -1]
+            out = torch.cat([out, z.argmax(-1, keepdim=True)], dim=1)
+    return out
+
+
+def greedy_float(model, prompts, n_new):
+    return _ref("23.1", "greedy_by_hand")(model, prompts, n_new).double()
+
+
+_split = _ref("23.2", "gpt_parameter_split")
+
+
+def split_head_always_counted(V, T, d, L, tied=True):
+    total, share = _split(V, T, d, L, False)
+    return total, share
+
+
+def split_head_never_counted(V, T, d, L, tied=True):
+    total, _ = _split(V, T, d, L, True)
+    return total, (V + T) * d / total
+
+
+def split_without_positions(V, T, d, L, tied=True):
+    total, share = _split(V, T, d, L, tied)
+    return total, share - T * d / total
+
+
+def split_percent(V, T, d, L, tied=True):
+    total, share = _split(V, T, d, L, tied)
+    return total, 100 * share
+
+
+def split_blocks_without_biases(V, T, d, L, tied=True):
+    total, _ = _split(V, T, d, L, tied)
+    total -= L * 13 * d + 2 * d
+    head = 0 if tied else V * d
+    return total, ((V + T) * d + head) / total
+
+
+def _unigram(train, val, V):
+    return _ref("23.3", "unigram_cross_entropy")(train, val, V)
+
+
+def _units(loss):
+    return _ref("23.3", "bits_and_perplexity")(loss)
+
+
+def units_times_ln2(loss):
+    return loss * math.log(2), math.exp(loss)
+
+
+def units_base_two(loss):
+    return loss / math.log(2), 2.0**loss
+
+
+def units_swapped(loss):
+    return math.exp(loss), loss / math.log(2)
+
+
+def units_bits_only(loss):
+    return loss / math.log(2)
+
+
+def unigram_train_entropy(train, val, V):
+    freq = torch.bincount(train, minlength=V).double() / len(train)
+    nz = freq[freq > 0]
+    return -(nz * nz.log()).sum().item()
+
+
+def unigram_val_frequencies(train, val, V):
+    freq = torch.bincount(val, minlength=V).double() / len(val)
+    return -freq[val].log().mean().item()
+
+
+def unigram_log2(train, val, V):
+    freq = torch.bincount(train, minlength=V).double() / len(train)
+    return -freq[val].log2().mean().item()
+
+
+def unigram_sum(train, val, V):
+    freq = torch.bincount(train, minlength=V).double() / len(train)
+    return -freq[val].log().sum().item()
+
+
+MISTAKES = {
+    "23.1": [
+        (greedy_uncropped, "feed the model only the last max_seq_len tokens"),
+        (greedy_first_position, "logits of the last position"),
+        (greedy_new_tokens_only, "followed by the new tokens"),
+        (greedy_short_window, "not max_seq_len - 1"),
+        (greedy_float, "int64 tensor"),
+    ],
+    "23.2": [
+        (split_head_always_counted, "count it once"),
+        (split_head_never_counted, "is a second V × d matrix: add V·d"),
+        (split_without_positions, "position table"),
+        (split_percent, "not a percentage"),
+        (split_blocks_without_biases, "13d biases"),
+    ],
+    "23.3": [
+        ((units_times_ln2, _unigram), "not nats × ln 2"),
+        ((units_base_two, _unigram), "perplexity is e^L"),
+        ((units_swapped, _unigram), "in that order"),
+        ((units_bits_only, _unigram), "should return a pair"),
+        ((_units, unigram_train_entropy), "entropy of the training frequencies"),
+        ((_units, unigram_val_frequencies), "count the frequencies on the training text"),
+        ((_units, unigram_log2), "natural logarithm"),
+        ((_units, unigram_sum), "not the sum"),
+    ],
+}

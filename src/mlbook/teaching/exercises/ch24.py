@@ -1,11 +1,11 @@
 """Checks of the exercises of chapter 24 (KV cache and grouped-query attention).
 
-The references are independent of the reader's answer: mean-pooling by an explicit loop over
-query heads, models pooled by hand and loaded with ``load_state_dict``, parameter counts summed
-over the weight shapes of a Llama-style decoder, cache bytes read off tensors allocated on the
-``meta`` device, and the receptive field of a sliding window as the reachable set of the L-th
-power of a visibility mask built with ``torch.tril``. The decoders are small
-:class:`mlbook.attention.kv_cache.TinyDecoder` models in float64 on the CPU.
+The references are independent of the reader's answer: mean-pooling by an explicit loop over query
+heads, models pooled by hand and loaded with ``load_state_dict``, parameter counts summed over the
+weight shapes of a Llama-style decoder, cache bytes read off tensors allocated on the ``meta``
+device, and the receptive field of a sliding window as the reachable set of the L-th power of a
+visibility mask built with ``torch.tril``. The decoders are small
+:class:`mlbook.models.decoder.Decoder` models in float64 on the CPU.
 """
 
 from __future__ import annotations
@@ -16,7 +16,10 @@ from dataclasses import replace
 import torch
 
 from ...attention import kv_cache as kc
+from ...models import counting, decoder
+from ...models.config import LLAMA2_7B, LLAMA2_70B, MISTRAL_7B, DecoderConfig
 from . import Incorrect, as_int, as_tensor, attempt, exercise, expect, expect_answer
+from . import reference_answer as _ref
 
 F64 = torch.float64
 GiB = 2**30
@@ -50,31 +53,31 @@ def _pool_wrong(w: torch.Tensor, H: int, G: int) -> dict:
         )
         .sum(2)
         .reshape(D, G * d_h),
-        "that keeps the first head of each group; pooling averages all R heads of a group": heads.reshape(
-            D, G, R, d_h
-        )[:, :, 0].reshape(D, G * d_h),
+        "that keeps the first head of each group; pooling averages all R heads of a "
+        "group": heads.reshape(D, G, R, d_h)[:, :, 0].reshape(D, G * d_h),
         "that averages the first G * d_h columns only; every group g has its own R heads": w[
             :, : G * d_h
         ],
     }
 
 
-def _decoder(seed: int, **extra) -> kc.TinyDecoder:
-    cfg = kc.DecoderConfig(
+def _decoder(seed: int, **extra) -> decoder.Decoder:
+    cfg = DecoderConfig(
         vocab_size=32, d_model=32, n_layers=2, n_heads=8, n_kv_heads=8, d_ff=48, **extra
     )
-    return kc.TinyDecoder(cfg, torch.Generator().manual_seed(seed)).double()
+    return decoder.Decoder(cfg, generator=torch.Generator().manual_seed(seed)).double()
 
 
 def _pooled_by_hand(
-    model: kc.TinyDecoder, G: int, cfg: kc.DecoderConfig | None = None
-) -> kc.TinyDecoder:
-    cfg = model.cfg if cfg is None else cfg
-    ref = kc.TinyDecoder(replace(cfg, n_kv_heads=G), torch.Generator().manual_seed(0)).double()
+    model: decoder.Decoder, G: int, cfg: DecoderConfig | None = None
+) -> decoder.Decoder:
+    cfg = model.config if cfg is None else cfg
+    ref = decoder.Decoder(replace(cfg, n_kv_heads=G), generator=torch.Generator().manual_seed(0))
+    ref = ref.double()
     state = {k: v.clone() for k, v in model.state_dict().items()}
     for key in list(state):
-        if key.endswith((".wk", ".wv")):
-            state[key] = _pool_by_loop(state[key], model.cfg.n_heads, G)
+        if key.endswith((".attn.Wk", ".attn.Wv")):
+            state[key] = _pool_by_loop(state[key], model.config.n_heads, G)
     ref.load_state_dict(state)
     return ref
 
@@ -106,22 +109,22 @@ def pool_kv(heads_answer, model_answer) -> str:
         for G in (8, 2, 1):
             pooled = attempt(model_answer, model, G)
             expect(
-                isinstance(pooled, kc.TinyDecoder),
-                f"pool_kv(model, {G}) should return a kc.TinyDecoder, got {type(pooled).__name__}",
+                isinstance(pooled, decoder.Decoder),
+                f"pool_kv(model, {G}) should return a decoder.Decoder, got {type(pooled).__name__}",
             )
             expect(
                 all(torch.equal(v, before[k]) for k, v in model.state_dict().items()),
                 f"pool_kv(model, {G}) changed the original model's weights; pool a copy",
             )
             expect(
-                pooled.cfg.n_kv_heads == G,
+                pooled.config.n_kv_heads == G,
                 f"pool_kv(model, {G}) returned a model with n_kv_heads = "
-                f"{pooled.cfg.n_kv_heads}; it should have G = {G} key/value heads",
+                f"{pooled.config.n_kv_heads}; it should have G = {G} key/value heads",
             )
             expect(
-                pooled.embed.dtype == model.embed.dtype,
-                f"pool_kv(model, {G}) returned a {pooled.embed.dtype} model; keep the "
-                f"original's dtype ({model.embed.dtype}), e.g. with .to(model.embed)",
+                pooled.embedding.dtype == model.embedding.dtype,
+                f"pool_kv(model, {G}) returned a {pooled.embedding.dtype} model; keep the "
+                f"original's dtype ({model.embedding.dtype}), e.g. with .to(model.embedding)",
             )
             ref = _pooled_by_hand(model, G)
             with torch.no_grad():
@@ -131,14 +134,14 @@ def pool_kv(heads_answer, model_answer) -> str:
                 want = ref(tokens)
                 wrong = (
                     {
-                        "the logits are those of the original MHA model: were wk and wv "
+                        "the logits are those of the original MHA model: were Wk and Wv "
                         "pooled?": original
                     }
                     if G < 8
                     else {}
                 )
                 if extra:
-                    lost = _pooled_by_hand(model, G, replace(model.cfg, window=None, sinks=0))
+                    lost = _pooled_by_hand(model, G, replace(model.config, window=None, sinks=0))
                     wrong[
                         "the pooled model lost the sliding window or the sinks of the "
                         "original configuration; copy every field except n_kv_heads "
@@ -170,7 +173,7 @@ def pool_kv(heads_answer, model_answer) -> str:
 # --- 24.2 ------------------------------------------------------------------------------------
 
 
-def _n_params(cfg: kc.DecoderConfig) -> int:
+def _n_params(cfg: DecoderConfig) -> int:
     """Parameters of a Llama-style decoder, summed over its weight shapes."""
     D, F_, V, G, d_h = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.n_kv_heads, cfg.head_dim
     layer = [
@@ -188,7 +191,7 @@ def _n_params(cfg: kc.DecoderConfig) -> int:
     return sum(math.prod(s) for s in shapes)
 
 
-def _cache_per_sequence(cfg: kc.DecoderConfig, T: int, G: int | None = None, n_kv: int = 2) -> int:
+def _cache_per_sequence(cfg: DecoderConfig, T: int, G: int | None = None, n_kv: int = 2) -> int:
     """Bytes of one sequence's fp16 cache, read off meta tensors of shape (L, G, T, d_h)."""
     T = T if cfg.window is None else min(T, cfg.window + cfg.sinks)
     G = cfg.n_kv_heads if G is None else G
@@ -199,13 +202,13 @@ def _cache_per_sequence(cfg: kc.DecoderConfig, T: int, G: int | None = None, n_k
 @exercise("24.2", "max_batch")
 def max_batch(answer) -> str:
     """Batch size of fp16 caches beside fp16 weights, against parameter and byte counts."""
-    L7 = kc.LLAMA2_7B
+    L7 = LLAMA2_7B
     cases = [
         (L7, 80 * GiB, 4096, "Llama-2-7B, 80 GiB, T = 4096"),
         (replace(L7, n_kv_heads=8), 80 * GiB, 4096, "Llama-2-7B with G = 8, 80 GiB"),
-        (kc.LLAMA2_70B, 192 * GiB, 4096, "Llama-2-70B, 192 GiB, T = 4096"),
-        (kc.LLAMA2_70B, 80 * GiB, 4096, "Llama-2-70B, 80 GiB (the weights do not fit)"),
-        (kc.MISTRAL_7B, 80 * GiB, 32768, "Mistral-7B (W = 4096), 80 GiB, T = 32768"),
+        (LLAMA2_70B, 192 * GiB, 4096, "Llama-2-70B, 192 GiB, T = 4096"),
+        (LLAMA2_70B, 80 * GiB, 4096, "Llama-2-70B, 80 GiB (the weights do not fit)"),
+        (MISTRAL_7B, 80 * GiB, 32768, "Mistral-7B (W = 4096), 80 GiB, T = 32768"),
         (
             L7,
             2 * _n_params(L7) + 3 * _cache_per_sequence(L7, 1000),
@@ -219,8 +222,8 @@ def max_batch(answer) -> str:
         want = max((memory - weights) // per_seq, 0)
         free = memory - weights
         wrong = {
-            "the weights are not subtracted: they stay resident and take 2 bytes per parameter": memory
-            // per_seq,
+            "the weights are not subtracted: they stay resident and take 2 bytes per "
+            "parameter": memory // per_seq,
             "the weights are counted at 4 bytes per parameter; in fp16 they take 2": max(
                 (memory - 2 * weights) // per_seq, 0
             ),
@@ -288,7 +291,7 @@ def influenced(answer) -> str:
     tokens = torch.randint(0, 32, (2, T), generator=gen)
     cases = [(2, 4, 0, 0), (3, 3, 0, 2), (2, 4, 1, 0), (1, None, 0, 5)]  # (L, W, S, s)
     for L, W, S, s in cases:
-        cfg = kc.DecoderConfig(
+        cfg = DecoderConfig(
             vocab_size=32,
             d_model=16,
             n_layers=L,
@@ -298,7 +301,7 @@ def influenced(answer) -> str:
             window=W,
             sinks=S,
         )
-        model = kc.TinyDecoder(cfg, torch.Generator().manual_seed(7)).double()
+        model = decoder.Decoder(cfg, generator=torch.Generator().manual_seed(7)).double()
         want = _reach(T, L, W, S, s)
         where = f"influenced(model, tokens, s={s}) for L = {L}, " + (
             "no window" if W is None else f"W = {W}, S = {S}"
@@ -329,3 +332,153 @@ def influenced(answer) -> str:
         "the changed positions match the reachable set s .. s + L(W - 1) of the mask power "
         "for (L, W) = (2, 4), (3, 3), a sink and no window"
     )
+
+
+# Typical wrong answers (one place: the tests build each and check that it is rejected with
+# its feedback) ---------------------------------------------------------------------
+
+
+# --- 24.1 ---
+
+
+def pool_interleaved(w, H, G):
+    D, d_h = w.shape[0], w.shape[1] // H
+    return w.reshape(D, H // G, G, d_h).mean(1).reshape(D, G * d_h)
+
+
+def pool_sum(w, H, G):
+    D, d_h = w.shape[0], w.shape[1] // H
+    return w.reshape(D, G, H // G, d_h).sum(2).reshape(D, G * d_h)
+
+
+def pool_first_head(w, H, G):
+    D, d_h = w.shape[0], w.shape[1] // H
+    return w.reshape(D, G, H // G, d_h)[:, :, 0].reshape(D, G * d_h)
+
+
+def pool_kv_drops_window(model, G):
+    cfg = model.config
+    new_cfg = DecoderConfig(
+        cfg.vocab_size, cfg.d_model, cfg.n_layers, cfg.n_heads, G, cfg.d_ff
+    )  # window and sinks forgotten
+    pooled = decoder.Decoder(new_cfg).to(model.embedding)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    for key in list(state):
+        if key.endswith((".attn.Wk", ".attn.Wv")):
+            state[key] = _ref("24.1", "pool_kv_heads")(state[key], cfg.n_heads, G)
+    pooled.load_state_dict(state)
+    return pooled
+
+
+def pool_kv_float32(model, G):
+    return _ref("24.1", "pool_kv")(model, G).float()
+
+
+def pool_kv_in_place(model, G):
+    pooled = _ref("24.1", "pool_kv")(model, G)
+    with torch.no_grad():
+        model.blocks[0].attn.Wq.mul_(1.0)
+        model.blocks[0].attn.Wo.add_(1.0)  # "tidies up" the original by mistake
+    return pooled
+
+
+# --- 24.2 ---
+
+
+def batch_without_weights(cfg, memory_bytes, seq_len):
+    return memory_bytes // counting.cache_bytes(cfg, seq_len)
+
+
+def batch_fp32_weights(cfg, memory_bytes, seq_len):
+    return max(
+        (memory_bytes - 4 * counting.count_parameters(cfg)) // counting.cache_bytes(cfg, seq_len), 0
+    )
+
+
+def batch_keys_only(cfg, memory_bytes, seq_len):
+    free = memory_bytes - 2 * counting.count_parameters(cfg)
+    return max(2 * free // counting.cache_bytes(cfg, seq_len), 0)
+
+
+def batch_query_heads(cfg, memory_bytes, seq_len):
+    free = memory_bytes - 2 * counting.count_parameters(cfg)
+    return max(free // kc.kv_cache_bytes(cfg.n_layers, cfg.n_heads, cfg.head_dim, seq_len, 2), 0)
+
+
+def batch_ignores_window(cfg, memory_bytes, seq_len):
+    free = memory_bytes - 2 * counting.count_parameters(cfg)
+    return max(free // kc.kv_cache_bytes(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, seq_len, 2), 0)
+
+
+def batch_negative(cfg, memory_bytes, seq_len):
+    return (memory_bytes - 2 * counting.count_parameters(cfg)) // counting.cache_bytes(cfg, seq_len)
+
+
+def batch_float(cfg, memory_bytes, seq_len):
+    return (memory_bytes - 2 * counting.count_parameters(cfg)) / counting.cache_bytes(cfg, seq_len)
+
+
+# --- 24.3 ---
+
+
+def _band_window(model, tokens, lo, hi):
+    t = torch.arange(tokens.shape[1])
+    return (t >= lo) & (t <= hi)
+
+
+def influenced_one_layer(model, tokens, s):
+    return _band_window(model, tokens, s, s + model.config.window - 1)
+
+
+def influenced_L_times_W(model, tokens, s):
+    cfg = model.config
+    return _band_window(model, tokens, s, s + cfg.n_layers * (cfg.window or tokens.shape[1]))
+
+
+def influenced_after_s(model, tokens, s):
+    return _ref("24.3", "influenced")(model, tokens, s) & (torch.arange(tokens.shape[1]) > s)
+
+
+def influenced_before_s(model, tokens, s):
+    cfg = model.config
+    return _band_window(model, tokens, 0, s + cfg.n_layers * ((cfg.window or tokens.shape[1]) - 1))
+
+
+def influenced_formula_without_sinks(model, tokens, s):
+    cfg = model.config
+    if cfg.window is None:
+        return _band_window(model, tokens, s, tokens.shape[1])
+    return _band_window(model, tokens, s, s + cfg.n_layers * (cfg.window - 1))
+
+
+def influenced_positions_list(model, tokens, s):
+    return _ref("24.3", "influenced")(model, tokens, s).nonzero().squeeze(1)
+
+
+MISTAKES = {
+    "24.1": [
+        ((pool_interleaved, _ref("24.1", "pool_kv")), "interleaved"),
+        ((pool_sum, _ref("24.1", "pool_kv")), "sum of the heads"),
+        ((pool_first_head, _ref("24.1", "pool_kv")), "first head of each group"),
+        ((_ref("24.1", "pool_kv_heads"), pool_kv_drops_window), "lost the sliding window"),
+        ((_ref("24.1", "pool_kv_heads"), pool_kv_float32), "keep the original's dtype"),
+        ((_ref("24.1", "pool_kv_heads"), pool_kv_in_place), "changed the original"),
+    ],
+    "24.2": [
+        (batch_without_weights, "weights are not subtracted"),
+        (batch_fp32_weights, "4 bytes per parameter"),
+        (batch_keys_only, "keys only"),
+        (batch_query_heads, "all H query heads"),
+        (batch_ignores_window, "sliding window is ignored"),
+        (batch_negative, "return 0"),
+        (batch_float, "whole number"),
+    ],
+    "24.3": [
+        (influenced_one_layer, "reach of one layer"),
+        (influenced_L_times_W, "off by L"),
+        (influenced_after_s, "position s itself is missing"),
+        (influenced_before_s, "positions before s are marked"),
+        (influenced_formula_without_sinks, "the sink is ignored"),
+        (influenced_positions_list, "should have shape (16,)"),
+    ],
+}

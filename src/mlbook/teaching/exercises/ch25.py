@@ -1,12 +1,12 @@
 """Checks of the exercises of chapter 25 (multi-head latent attention).
 
-The references are independent of the reader's answer: the merged matrices against a loop over
-heads and the two-step absorbed query; parameter counts as the number of entries of the tensors
-and FLOPs as counted by torch's ``FlopCounterMode`` on real products (small layers) and by
-closed forms written out per term (DeepSeek-V3's shapes); the largest context as the floor of the
-budget over the bytes of one token's cache, read off tensors allocated on the ``meta`` device,
-verified by allocating T_max and T_max + 1 tokens; GQA against
-``F.scaled_dot_product_attention`` on explicitly gathered key/value heads.
+The references are independent of the reader's answer: the merged matrices against a loop over heads
+and the two-step absorbed query; parameter counts as the number of entries of the tensors and FLOPs
+as counted by torch's ``FlopCounterMode`` on real products (small layers) and by closed forms
+written out per term (DeepSeek-V3's shapes); the largest context as the floor of the budget over the
+bytes of one token's cache, read off tensors allocated on the ``meta`` device, verified by
+allocating T_max and T_max + 1 tokens; GQA against ``F.scaled_dot_product_attention`` on explicitly
+gathered key/value heads.
 """
 
 from __future__ import annotations
@@ -69,9 +69,8 @@ def merge_query_key(merge_answer, costs_answer) -> str:
             what,
             wrong={
                 "this is the transpose of each head's matrix, W_UK,h W_UQ,h^T; the query "
-                "latent multiplies from the left, so merge W_UQ,h W_UK,h^T (d_cq x d_c)": want.transpose(
-                    1, 2
-                ),
+                "latent multiplies from the left, so merge W_UQ,h W_UK,h^T (d_cq x "
+                "d_c)": want.transpose(1, 2),
                 "the heads are summed into one matrix; every head keeps its own merged "
                 "matrix": want.sum(0),
             },

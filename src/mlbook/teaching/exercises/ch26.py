@@ -3,10 +3,9 @@
 The references are independent of the reader's answer and of :mod:`mlbook.attention.online_softmax`:
 partial states written out from their definitions (``amax``, ``exp``, a matrix product), torch's
 ``F.scaled_dot_product_attention``, ``torch.softmax`` and ``torch.logsumexp`` over all keys in
-float64, the number of matrix products that :func:`mlbook.attention.tiled.tiled_attention`
-actually performs (intercepted with a ``TorchFunctionMode``), and ``torch.finfo`` with
-``torch.exp`` evaluated in each dtype. Everything runs on the CPU; the Triton kernel of the
-chapter is not used.
+float64, the number of matrix products that :func:`mlbook.attention.tiled.tiled_attention` actually
+performs (intercepted with a ``TorchFunctionMode``), and ``torch.finfo`` with ``torch.exp``
+evaluated in each dtype. Everything runs on the CPU; the Triton kernel of the chapter is not used.
 """
 
 from __future__ import annotations
@@ -217,8 +216,9 @@ def merge_lse(answer) -> str:
 # --- 26.3 ------------------------------------------------------------------------------------
 
 
-class _CountMatmuls(TorchFunctionMode):
-    """Counts the matrix products performed inside a ``with`` block."""
+class CountMatmuls(TorchFunctionMode):
+    """Counts the matrix products (``@``, ``torch.matmul``) performed inside a ``with`` block, in
+    ``.n`` (chapter 26 counts the tiles that tiled attention computes with it)."""
 
     def __init__(self):
         super().__init__()
@@ -232,7 +232,7 @@ class _CountMatmuls(TorchFunctionMode):
 
 def _counted_tiles(T: int, b_q: int, b_k: int) -> int:
     x = torch.zeros(T, 2)
-    with _CountMatmuls() as counter:
+    with CountMatmuls() as counter:
         ta.tiled_attention(x, x, x, causal=True, block_q=b_q, block_k=b_k)
     return counter.n // 2  # QK^T and PV per tile
 

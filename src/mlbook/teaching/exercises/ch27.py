@@ -1,11 +1,11 @@
 """Checks of the exercises of chapter 27 (mixture of experts and mixture of depths).
 
-The references are independent of :mod:`mlbook.architectures.moe` and :mod:`mlbook.architectures.mixture_of_depths`: the
-router gradient from its closed form through the softmax Jacobian with the experts written out
-with ``torch.nn.functional.silu``; the expected dropped fraction from the binomial probabilities
-computed with ``torch.lgamma``, dropped counts from ``torch.bincount`` and a Monte Carlo run;
-parameter counts summed tensor by tensor over the shapes of Hugging Face's
-``MixtralForCausalLM``; mixture-of-depths selection with ``torch.topk``.
+The references are independent of :mod:`mlbook.architectures.moe` and
+:mod:`mlbook.architectures.mixture_of_depths`: the router gradient from its closed form through the
+softmax Jacobian with the experts written out with ``torch.nn.functional.silu``; the expected
+dropped fraction from the binomial probabilities computed with ``torch.lgamma``, dropped counts from
+``torch.bincount`` and a Monte Carlo run; parameter counts summed tensor by tensor over the shapes
+of Hugging Face's ``MixtralForCausalLM``; mixture-of-depths selection with ``torch.topk``.
 """
 
 from __future__ import annotations
@@ -162,9 +162,8 @@ def drop_fractions(expected, dropped) -> str:
                 "count, and the fluctuations above the mean are what gets dropped": N
                 * max(0.0, k * T / N - C)
                 / (k * T),
-                "the capacity rounds up, C = ceil(c k T / N) (moe.expert_capacity)": _binom_overflow(
-                    T, N, k, math.floor(c * k * T / N)
-                ),
+                "the capacity rounds up, C = ceil(c k T / N) "
+                "(moe.expert_capacity)": _binom_overflow(T, N, k, math.floor(c * k * T / N)),
             },
             atol=1e-12,
             rtol=1e-8,
@@ -521,12 +520,8 @@ def dropped_capacity_plus_one(idx, N, C):
     return float((~moe.capacity_mask(idx, N, C + 1)).sum()) / idx.numel()
 
 
-def EXPECTED(T, N, k, capacity_factor):
-    return _ref("27.2", "expected_drop_fraction")(T, N, k, capacity_factor)
-
-
-def DROPPED(idx, N, C):
-    return _ref("27.2", "dropped_fraction")(idx, N, C)
+EXPECTED = _ref("27.2", "expected_drop_fraction")
+DROPPED = _ref("27.2", "dropped_fraction")
 
 
 # --- 27.3 ----------------------------------------------------------------------------------------

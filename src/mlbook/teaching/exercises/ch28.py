@@ -1,10 +1,10 @@
 """Checks of the exercises of chapter 28 (linear attention and state-space models).
 
-The references are independent of :mod:`mlbook.architectures.linear_attention` and :mod:`mlbook.architectures.ssm`:
-retention as the decay-masked quadratic form built with ``torch.tril``; the delta rule as an
-explicit gradient step computed by autograd; the ZOH input matrix from
-``scipy.special.exprel``; FFT convolutions against the circular convolution folded together from
-``np.convolve``.
+The references are independent of :mod:`mlbook.architectures.linear_attention` and
+:mod:`mlbook.architectures.ssm`: retention as the decay-masked quadratic form built with
+``torch.tril``; the delta rule as an explicit gradient step computed by autograd; the ZOH input
+matrix from ``scipy.special.exprel``; FFT convolutions against the circular convolution folded
+together from ``np.convolve``.
 """
 
 from __future__ import annotations
@@ -278,7 +278,8 @@ def fft_padding(conv, error) -> str:
                 f"wrap_error(K, x, n={n}) for T = {T}",
                 wrong={
                     "the sign is flipped: return fft_conv minus the causal convolution": -want,
-                    "output t receives the linear-convolution entry t + n, not t + n - 1": one_early,
+                    "output t receives the linear-convolution entry t + n, not t + n - "
+                    "1": one_early,
                     "the wrapped entries depend on n: only the entries t + n <= 2T - 2 wrap "
                     "onto position t": whole_tail,
                 },
@@ -340,12 +341,8 @@ def retention_without_decay(q, k, v, gamma):
     return la.linear_attention_recurrent(q, k, v, normalize=False)
 
 
-def _ssd_ref(q, k, v, gamma):
-    return _ref("28.1", "retention_ssd")(q, k, v, gamma)
-
-
-def _loop_ref(q, k, v, gamma):
-    return _ref("28.1", "retention_recurrent")(q, k, v, gamma)
+_ssd_ref = _ref("28.1", "retention_ssd")
+_loop_ref = _ref("28.1", "retention_recurrent")
 
 
 # --- 28.2 ----------------------------------------------------------------------------------------
@@ -384,12 +381,8 @@ def read_weights_swapped(S, k, v, beta):
     return beta * (S.T @ k) + (1 - beta) * v
 
 
-def _write_ref(S, k, v, beta):
-    return _ref("28.2", "delta_write")(S, k, v, beta)
-
-
-def _read_ref(S, k, v, beta):
-    return _ref("28.2", "read_after_write")(S, k, v, beta)
+_write_ref = _ref("28.2", "delta_write")
+_read_ref = _ref("28.2", "read_after_write")
 
 
 # --- 28.3 ----------------------------------------------------------------------------------------
@@ -427,12 +420,8 @@ def gap_a_squared(delta, A, B):
     return 0.5 * delta**2 * A**2 * B
 
 
-def _bbar_ref(delta, A, B):
-    return _ref("28.3", "zoh_bbar")(delta, A, B)
-
-
-def _gap_ref(delta, A, B):
-    return _ref("28.3", "bbar_gap_leading")(delta, A, B)
+_bbar_ref = _ref("28.3", "zoh_bbar")
+_gap_ref = _ref("28.3", "bbar_gap_leading")
 
 
 # --- 28.4 ----------------------------------------------------------------------------------------
@@ -466,12 +455,8 @@ def error_whole_tail(K, x, n):
     return _ref("28.4", "wrap_error")(K, x, K.shape[0])
 
 
-def _conv_ref(K, x, n):
-    return _ref("28.4", "fft_conv")(K, x, n)
-
-
-def _error_ref(K, x, n):
-    return _ref("28.4", "wrap_error")(K, x, n)
+_conv_ref = _ref("28.4", "fft_conv")
+_error_ref = _ref("28.4", "wrap_error")
 
 
 MISTAKES = {
