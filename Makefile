@@ -42,8 +42,8 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests scripts benchmarks chapters appendix instructors.ipynb
 	$(VENV)/bin/ruff format --check src tests scripts benchmarks
 
-# The unit tests include running every chapter's student version (tests/test_assign_run.py):
-# two workers halve that.
+# Unit tests; the student versions run in-process through their exercises and nbgrader grades
+# two cut-down chapters (tests/test_assign_run.py).
 unit: warm
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist worksteal tests
 

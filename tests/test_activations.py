@@ -190,8 +190,8 @@ def test_swiglu_hidden_dim():
 @pytest.mark.parametrize("d", [48, 96, 384])
 def test_parameter_match_when_three_divides_d(d):
     sw, ge = act.SwiGLUFFN(d), act.GELUFFN(d)
-    assert act.count_parameters(sw) == 3 * d * sw.h == 8 * d * d
-    assert act.count_parameters(ge) == 2 * d * 4 * d
+    assert act.n_parameters(sw) == 3 * d * sw.h == 8 * d * d
+    assert act.n_parameters(ge) == 2 * d * 4 * d
     assert [tuple(p.shape) for p in sw.parameters()] == [(d, sw.h), (d, sw.h), (sw.h, d)]
 
 
@@ -218,7 +218,7 @@ def test_swiglu_matches_llama_mlp():
     x = torch.randn(2, 5, d, generator=gen, dtype=F64)
     with torch.no_grad():
         torch.testing.assert_close(sw(x), ref(x), atol=1e-12, rtol=0)
-    assert act.count_parameters(sw) == sum(p.numel() for p in ref.parameters())
+    assert act.n_parameters(sw) == sum(p.numel() for p in ref.parameters())
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -288,4 +288,4 @@ def test_module_and_count_validation():
         act.SwiGLUFFN(8, h=0)
     with pytest.raises(ValueError, match="h must be a positive int"):
         act.GELUFFN(8, h=-4)
-    assert act.count_parameters(torch.nn.Linear(3, 2)) == 8
+    assert act.n_parameters(torch.nn.Linear(3, 2)) == 8

@@ -207,10 +207,10 @@ def test_bias_update_rule_and_balancing():
 
 
 def test_mixtral_counts():
-    c = moe.count_parameters(moe.MoEConfig())
+    c = moe.parameter_budget(moe.MoEConfig())
     assert round(c["total"] / 1e9, 1) == 46.7
     assert round(c["active"] / 1e9, 1) == 12.9
-    tied = moe.count_parameters(moe.MoEConfig(tied_embeddings=True))
+    tied = moe.parameter_budget(moe.MoEConfig(tied_embeddings=True))
     assert c["total"] - tied["total"] == 32000 * 4096
 
 
@@ -241,7 +241,7 @@ def test_counts_match_transformers_small():
     )
     with torch.device("meta"):
         model = transformers.MixtralForCausalLM(hf)
-    assert moe.count_parameters(cfg)["total"] == sum(p.numel() for p in model.parameters())
+    assert moe.parameter_budget(cfg)["total"] == sum(p.numel() for p in model.parameters())
 
 
 # --- training ------------------------------------------------------------------------------------

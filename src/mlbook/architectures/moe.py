@@ -49,7 +49,7 @@ __all__ = [
     "capacity_mask_naive",
     "bias_update",
     "MoEConfig",
-    "count_parameters",
+    "parameter_budget",
     "toy_task",
     "train_toy_moe",
 ]
@@ -307,7 +307,7 @@ class MoEConfig:
         divides(positive_int(self.n_kv_heads, "n_kv_heads"), "n_kv_heads", self.n_heads, "n_heads")
 
 
-def count_parameters(cfg: MoEConfig) -> dict[str, int]:
+def parameter_budget(cfg: MoEConfig) -> dict[str, int]:
     """Total and active (per token) parameters of an MoE transformer, by component.
 
     Embedding and untied head V d each; per layer q, o (d H d_h), k, v (d H_kv d_h), router d N,

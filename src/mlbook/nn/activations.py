@@ -45,7 +45,7 @@ __all__ = [
     "gelu_ffn",
     "SwiGLUFFN",
     "GELUFFN",
-    "count_parameters",
+    "n_parameters",
 ]
 
 _SQRT2 = math.sqrt(2.0)
@@ -269,6 +269,6 @@ class GELUFFN(nn.Module):
         return gelu_ffn(x, self.W1, self.W2)
 
 
-def count_parameters(module: nn.Module) -> int:
+def n_parameters(module: nn.Module) -> int:
     """The number of scalar parameters of a module: the sum of ``numel`` over its tensors."""
     return sum(p.numel() for p in module.parameters())

@@ -129,7 +129,7 @@ def _binom_overflow(T: int, N: int, k: int, C: int, p: float | None = None) -> f
     return N * float((log_pmf.exp() * (n - C).clamp(min=0)).sum()) / (k * T)
 
 
-def _as_float(value, what: str) -> float:
+def _float_of(value, what: str) -> float:
     return float(as_tensor(value, what, ()))
 
 
@@ -201,7 +201,7 @@ def drop_fractions(expected, dropped) -> str:
     sims = []
     for _ in range(batches):
         idx = torch.rand(T, N, generator=gen).topk(k, dim=1).indices
-        sims.append(_as_float(attempt(dropped, idx, N, C), f"dropped_fraction(idx, N={N}, C={C})"))
+        sims.append(_float_of(attempt(dropped, idx, N, C), f"dropped_fraction(idx, N={N}, C={C})"))
     sims = torch.tensor(sims, dtype=F64)
     se = float(sims.std()) / math.sqrt(batches)
     z = abs(float(sims.mean()) - exact) / max(se, 1e-15)
@@ -528,7 +528,7 @@ DROPPED = _ref("27.2", "dropped_fraction")
 
 
 def _counts(cfg):
-    return moe.count_parameters(cfg)
+    return moe.parameter_budget(cfg)
 
 
 def summary_without_head(cfg):
