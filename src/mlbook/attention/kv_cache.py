@@ -36,6 +36,7 @@ from ..validation import bool_tensor, float_tensor, integer, shape_is
 from .dot_product import scaled_dot_product_attention
 
 __all__ = [
+    "LayerCache",
     "head_map",
     "attention_kind",
     "expand_kv",
@@ -243,7 +244,26 @@ def _new_entries(k_new, v_new, buffer: torch.Tensor) -> None:
         )
 
 
-class KVCache:
+class LayerCache:
+    """What every per-layer decoding cache shares: lengths per layer, the state's bytes."""
+
+    _state: tuple[str, ...] = ("k", "v")  # names of the state tensors
+
+    @property
+    def seq_len(self) -> int:
+        """Number of positions every layer has consumed."""
+        return min(self._lengths)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the cache's state tensors hold: element_size * numel, summed."""
+        return sum(getattr(self, n).element_size() * getattr(self, n).numel() for n in self._state)
+
+    def _layer(self, layer) -> int:
+        return integer(layer, "layer", low=0, high=len(self._lengths) - 1)
+
+
+class KVCache(LayerCache):
     """A preallocated cache of keys and values for all layers: (L, B, G, T_max, d_h) each.
 
     ``update(layer, k_new, v_new)`` appends the new tokens of one layer and returns every cached
@@ -281,19 +301,6 @@ class KVCache:
         self.max_len = max_len
         self._lengths = [0] * n_layers
 
-    @property
-    def seq_len(self) -> int:
-        """Number of positions whose keys and values every layer holds."""
-        return min(self._lengths)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes the cache's tensors hold: element_size * numel, summed over K and V."""
-        return sum(x.element_size() * x.numel() for x in (self.k, self.v))
-
-    def _layer(self, layer) -> int:
-        return integer(layer, "layer", low=0, high=len(self._lengths) - 1)
-
     def update(self, layer: int, k_new: torch.Tensor, v_new: torch.Tensor):
         """Append T_new positions to one layer's cache.
 
@@ -317,7 +324,7 @@ class KVCache:
         return self.k[layer, :, :, : start + n], self.v[layer, :, :, : start + n], pos
 
 
-class SlidingWindowCache:
+class SlidingWindowCache(LayerCache):
     """A rolling cache: S sink slots kept forever plus a ring of W slots (eq. 24.4).
 
     Position p goes to slot p if p < S, else to slot S + (p - S) mod W, overwriting (evicting)
@@ -357,10 +364,6 @@ class SlidingWindowCache:
         # Position held by each slot of each layer; -1 = empty.
         self.slot_pos = torch.full((n_layers, sinks + window), -1, dtype=torch.long, device=device)
         self._lengths = [0] * n_layers
-
-    seq_len = KVCache.seq_len
-    nbytes = KVCache.nbytes
-    _layer = KVCache._layer
 
     def slot(self, p: torch.Tensor) -> torch.Tensor:
         """Slot index of position(s) p: p for sinks, S + (p - S) mod W for the rest."""

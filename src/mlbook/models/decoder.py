@@ -30,7 +30,7 @@ from torch import nn
 
 from ..architectures.moe import init_experts, moe_routed, topk_route
 from ..architectures.ssm import scan_hillis_steele, selective_discretize, selective_params
-from ..attention.kv_cache import KVCache, SlidingWindowCache, grouped_attention, visible
+from ..attention.kv_cache import KVCache, LayerCache, SlidingWindowCache, grouped_attention, visible
 from ..attention.rope import apply_rope, rope_frequencies
 from ..nn.activations import gelu_tanh, silu, swiglu_ffn
 from ..nn.normalization import layer_norm, rms_norm
@@ -373,12 +373,14 @@ class PostNormDecoderBlock(DecoderBlock):
 # --- the recurrent state of SSM layers ---------------------------------------------------------
 
 
-class SSMCache:
+class SSMCache(LayerCache):
     """The state that SSM layers carry between decoding steps: fixed size, whatever T is.
 
     ``conv`` (L_s, B, K - 1, E) holds each layer's last K - 1 convolution inputs, ``h``
     (L_s, B, E, n) its scan state; L_s is the number of SSM layers.
     """
+
+    _state = ("conv", "h")
 
     def __init__(self, n_layers, batch, d_inner, d_state, d_conv, dtype=torch.float32, device=None):
         for v, name in ((n_layers, "n_layers"), (batch, "batch"), (d_inner, "d_inner")):
@@ -386,16 +388,6 @@ class SSMCache:
         self.conv = torch.zeros(n_layers, batch, d_conv - 1, d_inner, dtype=dtype, device=device)
         self.h = torch.zeros(n_layers, batch, d_inner, d_state, dtype=dtype, device=device)
         self._lengths = [0] * n_layers
-
-    @property
-    def seq_len(self) -> int:
-        """Number of positions every SSM layer has consumed."""
-        return min(self._lengths)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the two state tensors."""
-        return sum(t.element_size() * t.numel() for t in (self.conv, self.h))
 
     def update(self, layer: int, conv: torch.Tensor, h: torch.Tensor, n_new: int) -> None:
         """Store layer ``layer``'s new conv window (B, K - 1, E) and state (B, E, n)."""
