@@ -12,7 +12,7 @@ export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help install book test lint unit nbval site-check outputs bench formulas warm clean
+.PHONY: help install book test lint unit nbval site-check outputs bench formulas headers students sync warm clean
 
 help:
 	@echo "make book     build the website into _build/html (from the stored notebook outputs)"
@@ -20,6 +20,9 @@ help:
 	@echo "make outputs  re-execute every notebook top to bottom and store its outputs"
 	@echo "make bench    time every notebook; writes _build/bench.md"
 	@echo "make formulas regenerate Appendix E from data/formula_sheets.yml"
+	@echo "make headers  write each chapter's measured reading time into its header"
+	@echo "make students write the student versions (no solutions) into students/"
+	@echo "make sync     write the Colab badges and install lines from _config.yml"
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -60,12 +63,23 @@ test: lint unit nbval site-check
 
 outputs: warm
 	$(PY) scripts/run_notebooks.py --inplace $(NOTEBOOKS)
+	$(PY) scripts/reading_time.py
+	$(PY) scripts/make_students.py
 
 bench: warm
 	$(PY) scripts/run_notebooks.py --bench _build/bench.md $(NOTEBOOKS)
 
 formulas: $(STAMP)
 	$(PY) scripts/make_formula_index.py
+
+headers: $(STAMP)
+	$(PY) scripts/reading_time.py
+
+students: $(STAMP)
+	$(PY) scripts/make_students.py
+
+sync: $(STAMP)
+	$(PY) scripts/sync_colab.py
 
 clean:
 	rm -rf _build

@@ -34,8 +34,20 @@ def colab_url(rel_path: str) -> str:
     return f"https://colab.research.google.com/github/{gh}/blob/{branch}/{rel_path}"
 
 
+def student_path(rel_path: str) -> str | None:
+    """Where the student version of a chapter lives (``students/NN_slug.ipynb``), else None."""
+    m = re.match(r"^chapters/(\d\d_[a-z0-9_]+\.ipynb)$", rel_path)
+    return f"students/{m.group(1)}" if m else None
+
+
 def colab_badge(rel_path: str) -> str:
-    return f"[![Open In Colab]({COLAB_BADGE_IMG})]({colab_url(rel_path)})"
+    """The badge line of a notebook's header: Colab, and for a chapter also a link that opens
+    its student version (exercises without solutions) in Colab."""
+    badge = f"[![Open In Colab]({COLAB_BADGE_IMG})]({colab_url(rel_path)})"
+    student = student_path(rel_path)
+    if student:
+        badge += f" · [exercises without solutions, in Colab]({colab_url(student)})"
+    return badge
 
 
 def pip_spec() -> str:

@@ -19,6 +19,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import booktools  # noqa: E402
 import make_formula_index  # noqa: E402
+import make_students  # noqa: E402
+import reading_time  # noqa: E402
 import sync_colab  # noqa: E402
 
 from mlbook.teaching.assign import find_exercises  # noqa: E402
@@ -29,6 +31,16 @@ CHECK_RE = re.compile(r"\bcheck_\w+\s*\(|\bassert\b|gradcheck\s*\(")
 EXERCISE_RE = re.compile(r":::\s*\{exercise\}[^\n]*\n:label:\s*(\S+)")
 LABEL_RE = re.compile(r"\$\$\s*\((eq-[0-9A-Ca-c]+-\d+)\)")
 FLOAT_RE = re.compile(r"(?<![\w.])-?(\d+)\.(\d+)(?:e[-+]?\d+)?")
+# Prose that speaks of a document the reader does not have ("the sheet says", "the essay").
+UNSEEN_RE = re.compile(
+    r"\bthe (?:formula )?sheet'?s?\b|\bthe essay\b|\bessay'?s\b|\bsource essay\b"
+    r"|\bof the source\b|\bthe source (?:claims|says|writes|uses)\b",
+    re.I,
+)
+INLINE_CHECK_RE = re.compile(r"\bcheck_(?!exercise\b)\w+\s*\(")
+ANY_CHECK_RE = re.compile(r"\bcheck_\w+\s*\(")
+FOLDED = ("hide-", "remove-")  # cell tags that fold a cell on the site
+CORE_LINES = 15  # the editable core a reader writes: at most this many lines of code
 MAX_DIGITS = 7  # printed numbers are rounded (about 4 significant digits); a raw float has 16
 # Parts of the toc and the sheet chapters they hold (issue: parts mirror the formula sheets).
 PARTS = {
@@ -142,6 +154,8 @@ def notebook_problems(path: Path) -> list[str]:
     if ids and uncited:
         problems.append("summary does not cite " + ", ".join(uncited))
 
+    problems += teaching_problems(nb, path)
+
     # Exercises: at least three, in the self-checking layout of mlbook.teaching.assign (task, folded
     # written solution, answer cells of functions only, check cell), each check printing a pass.
     if len(EXERCISE_RE.findall(md)) < 3:
@@ -154,6 +168,10 @@ def notebook_problems(path: Path) -> list[str]:
         problems.append("cite exercises as {ref}`exercise N.k <ex-N-k>`")
     if len(exercises) != len(EXERCISE_RE.findall(md)):
         problems.append("an exercise directive is not in the self-checking layout")
+    tiers = {ex.tier for ex in exercises}
+    for tier in ("Predict", "Implement", "Explore"):
+        if tier not in tiers:
+            problems.append(f"no '{tier}' exercise (three tiers: Predict, Implement, Explore)")
     for ex in exercises:
         check = cells[ex.check]
         printed = "".join(o.get("text", "") for o in check.outputs if o.output_type == "stream")
@@ -161,6 +179,74 @@ def notebook_problems(path: Path) -> list[str]:
             problems.append(f"the check of exercise {ex.id} does not print a pass: {printed!r}")
         if any(cells[i].execution_count is None for i in ex.answers):
             problems.append(f"an answer cell of exercise {ex.id} was not executed")
+    return problems
+
+
+def tags(cell) -> set[str]:
+    return set(cell.get("metadata", {}).get("tags", []))
+
+
+def teaching_problems(nb, path: Path) -> list[str]:
+    """How the chapter falls short of "How a chapter teaches" (BOOK_STANDARD.md)."""
+    problems = []
+    cells = nb.cells
+    md = "\n".join(cell_text(c) for c in cells if c.cell_type == "markdown")
+    unseen = UNSEEN_RE.findall(md)
+    if unseen:
+        problems.append(f"speaks of a source the reader does not have: {unseen[:3]}")
+    # Checks that tell the story: at most two inline per section, the rest in a folded tally.
+    section, per_section, total, sections = "(before the first section)", {}, 0, 0
+    for c in cells:
+        text = cell_text(c)
+        if c.cell_type == "markdown":
+            for line in text.splitlines():
+                if line.startswith("## "):
+                    section, sections = line[3:].strip(), sections + 1
+        elif c.cell_type == "code" and not any(t.startswith(FOLDED) for t in tags(c)):
+            per_section[section] = per_section.get(section, 0) + len(INLINE_CHECK_RE.findall(text))
+            total += len(ANY_CHECK_RE.findall(text))
+    crowded = {k: v for k, v in per_section.items() if v > 2}
+    if crowded:
+        problems.append(f"more than two inline checks in sections {crowded} (fold the rest)")
+    if total > 2 * max(sections, 1):
+        problems.append(f"{total} checks inline in {sections} sections (fold conformance checks)")
+    folded = [
+        c
+        for c in cells
+        if c.cell_type == "code"
+        and "conformance(" in cell_text(c)
+        and tags(c) & {"hide-input", "hide-cell"}
+    ]
+    if not folded:
+        problems.append("no folded cell (tag hide-input) tallying conformance checks")
+
+    # A schematic of the core mechanism, drawn by code; a sentence after every figure.
+    def has_figure(c):
+        return any("image/png" in o.get("data", {}) for o in c.get("outputs", []))
+
+    if not any(has_figure(c) and "Schematic(" in cell_text(c) for c in cells):
+        problems.append("no schematic (viz.Schematic) of the chapter's core mechanism")
+    for i, c in enumerate(cells):
+        if c.cell_type == "code" and has_figure(c):
+            if i + 1 >= len(cells) or cells[i + 1].cell_type != "markdown":
+                problems.append(f"figure of cell {i} is not followed by a 'what to see' sentence")
+    # The core the reader writes: a short editable cell, checked against the package.
+    core = [i for i, c in enumerate(cells) if c.cell_type == "code" and "core" in tags(c)]
+    if not core:
+        problems.append("no editable core cell (tag 'core')")
+    for i in core:
+        code_lines = [
+            ln
+            for ln in cell_text(cells[i]).splitlines()
+            if ln.strip() and not ln.strip().startswith("#")
+        ]
+        if len(code_lines) > CORE_LINES:
+            problems.append(f"the core cell {i} has {len(code_lines)} lines (at most {CORE_LINES})")
+        after = [c for c in cells[i : i + 3] if c.cell_type == "code"][:2]
+        if not any(INLINE_CHECK_RE.search(cell_text(c)) for c in after):
+            problems.append(f"the core cell {i} is not checked against the package next to it")
+    # Measured reading time in the header.
+    problems += reading_time.sync(path, write=False)
     return problems
 
 
@@ -244,6 +330,18 @@ def test_appendix_e_links_every_labelled_equation():
             )
         ):
             assert f"{{eq}}`{label}`" in text, f"Appendix E does not link {label}"
+
+
+def test_student_versions_are_up_to_date():
+    stale = []
+    for path in NOTEBOOKS:
+        if path.parent.name != "chapters":
+            continue
+        rel, text = make_students.render(path)
+        target = ROOT / rel
+        if not target.exists() or target.read_text(encoding="utf-8") != text:
+            stale.append(rel)
+    assert not stale, f"run `make students`: out of date {stale}"
 
 
 def test_unrounded_floats():

@@ -153,3 +153,29 @@ def test_check_mc_mean_fails_on_nan_inf_and_empty_samples():
         check_mc_mean("nan expected", x, math.nan)
     with pytest.raises(CheckFailed, match="samples is empty"):
         check_mc_mean("empty", [], 1.0)
+
+
+from mlbook.teaching import check  # noqa: E402
+
+
+def test_conformance_tallies_checks_into_one_line(capsys):
+    with check.conformance("against numpy"):
+        check.check_close("a", [1.0, 2.0], [1.0, 2.0 + 1e-14], atol=1e-12)
+        check.check_close("b", 1.0, 1.0 + 3e-4, atol=1e-3, quiet=True)
+        check.check_true("c", True)
+    out = capsys.readouterr().out.splitlines()
+    # the worst error relative to its tolerance is b: 3e-4 of 1e-3
+    assert out == ["3 checks against numpy: all hold; largest error < 1e-3 (its tolerance 1e-3)"]
+
+
+def test_conformance_fails_at_once_and_on_an_empty_block(capsys):
+    with pytest.raises(check.CheckFailed, match="check b FAILED"):
+        with check.conformance("against numpy"):
+            check.check_close("a", 1.0, 1.0)
+            check.check_close("b", 1.0, 2.0)
+    assert capsys.readouterr().out == ""
+    with pytest.raises(check.CheckFailed, match="ran no check"):
+        with check.conformance("against nothing"):
+            pass
+    check.check_true("after", True)  # the tally is closed: checks print again
+    assert capsys.readouterr().out == "check after: holds ok\n"

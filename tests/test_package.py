@@ -45,3 +45,20 @@ def test_every_public_name_has_a_docstring(name):
         and not (obj.__doc__ or "").strip()
     ]
     assert not undocumented, f"{name}: no docstring for {undocumented}"
+
+
+def test_show_source_shows_the_mathematics_without_checks():
+    from mlbook.attention import dot_product
+    from mlbook.teaching.notebook import source_path, teaching_source
+
+    full = inspect.getsource(dot_product.causal_mask)
+    short = teaching_source(dot_product.causal_mask)
+    assert 'positive_int(T_q, "T_q")' in full and "T_q = positive_int" not in short
+    assert '"""' in full and '"""' not in short
+    assert "return j <= i + (T_k - T_q)" in short
+    # a decorated function is found in its own file, not in the decorator's
+    from mlbook.nn import optim
+
+    step = optim.Optimizer.step  # a @torch.no_grad() method
+    assert source_path(step) == "src/mlbook/nn/optim.py"
+    assert "def step" in teaching_source(step)

@@ -72,3 +72,22 @@ def test_setup_seeds_everything():
 def test_show_source_rejects_non_functions():
     with pytest.raises(TypeError, match="got int"):
         show_source(42)
+
+
+def test_schematic_boxes_arrows_and_validation():
+    s = viz.Schematic(8, 3, title="t")
+    s.tensor("Q", (1, 1.5), r"$\mathbf{Q}$", shape="(T, d)")
+    s.op("S", (5, 1.5), "softmax")
+    s.arrow("Q", "S", "(T, T)")
+    s.group(["Q", "S"], "block")
+    assert set(s.boxes) == {"Q", "S"} and s.boxes["S"].get_width() > s.boxes["Q"].get_width() / 3
+    with pytest.raises(ValueError, match="already a box"):
+        s.op("S", (5, 1.5), "again")
+    with pytest.raises(ValueError, match="dst 'X' is not a box"):
+        s.arrow("Q", "X")
+    with pytest.raises(ValueError, match="kind must be one of"):
+        s.node("N", (1, 1), "n", kind="circle")
+    s.note("far", (7.9, 2.9), "off the edge")
+    with pytest.raises(ValueError, match="box 'far' does not fit"):
+        s.show()
+    plt.close(s.fig)

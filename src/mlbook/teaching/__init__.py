@@ -8,7 +8,7 @@
                 ``python -m mlbook.teaching.assign``; import it explicitly)
 
 Notebooks import what they use from here: ``from mlbook.teaching import setup, show_source,
-check_close, check_exercise``.
+check_close, check_exercise``; ``conformance`` folds many checks into one tally line.
 """
 
 from .check import (
@@ -17,6 +17,7 @@ from .check import (
     check_interval,
     check_mc_mean,
     check_true,
+    conformance,
     fmt,
     magnitude,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "check_mc_mean",
     "check_true",
     "check_exercise",
+    "conformance",
     "fmt",
     "magnitude",
     "setup",

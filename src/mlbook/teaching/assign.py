@@ -12,7 +12,8 @@ run from the root of the book (the folder with ``chapters/``), writes
 
 **The exercise layout** that every chapter follows (the book's tests enforce it):
 
-    markdown  :::{exercise} N.k, :label: ex-N-k, :nonumber:  the task; names the functions to write
+    markdown  :::{exercise} N.k · Tier, :label: ex-N-k, :nonumber:  the task; names the functions
+              to write; Tier is one of TIERS (predict-then-run, implement the core, derive, explore)
     markdown  ```{solution-start} ex-N-k``` + derivation   the written solution
     code      answer cell(s): only top-level ``def``s, each with a docstring
     markdown  ```{solution-end}```
@@ -49,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
+    "TIERS",
     "ExerciseCells",
     "find_exercises",
     "mark_solutions",
@@ -66,8 +68,13 @@ BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
 WRITTEN_STUB = "YOUR ANSWER HERE"
+#: The kinds of exercise, in the order a chapter usually poses them: commit to a guess and run
+#: the cell that reveals it; write the chapter's core algorithm; derive a result; an open-ended
+#: experiment. Every chapter has at least one Predict, one Implement and one Explore.
+TIERS = ("Predict", "Implement", "Derive", "Explore")
 _EXERCISE_RE = re.compile(
-    r"^:::\{exercise\} (\d+)\.(\d+)\n:label: ex-(\d+)-(\d+)\n:nonumber:\n"
+    r"^:::\{exercise\} (\d+)\.(\d+)(?: · (" + "|".join(TIERS) + r"))?\n"
+    r":label: ex-(\d+)-(\d+)\n:nonumber:\n"
     r"(.*?)\n:::\s*$",
     re.S,
 )
@@ -99,6 +106,7 @@ class ExerciseCells:
         end: the ``{solution-end}`` markdown cell.
         check: the ``check_exercise`` code cell.
         functions: the names the answer cells define, in order.
+        tier: one of ``TIERS``, or None where the title names none.
     """
 
     id: str
@@ -108,6 +116,7 @@ class ExerciseCells:
     end: int
     check: int
     functions: tuple[str, ...]
+    tier: str | None = None
 
 
 def _answer_functions(source: str, where: str) -> list[ast.FunctionDef]:
@@ -141,10 +150,11 @@ def find_exercises(nb: dict, where: str = "notebook") -> list[ExerciseCells]:
         if cell.get("cell_type") != "markdown" or not is_task:
             continue
         m = _EXERCISE_RE.match(_text(cell).strip())
-        if not m or m.group(1, 2) != m.group(3, 4):
+        if not m or m.group(1, 2) != m.group(4, 5):
             raise ValueError(
                 f"{where}: cell {i} must hold exactly one exercise directive that "
-                f"opens ':::{{exercise}} N.k', ':label: ex-N-k', ':nonumber:'"
+                f"opens ':::{{exercise}} N.k · Tier', ':label: ex-N-k', ':nonumber:' "
+                f"(Tier one of {', '.join(TIERS)})"
             )
         eid = f"{int(m.group(1))}.{int(m.group(2))}"
         here = f"{where}, exercise {eid}"
@@ -187,7 +197,7 @@ def find_exercises(nb: dict, where: str = "notebook") -> list[ExerciseCells]:
             raise ValueError(
                 f"{here}: check_exercise names {checked}, the answer cells define {tuple(names)}"
             )
-        found.append(ExerciseCells(eid, i, j, tuple(answers), k, c, tuple(names)))
+        found.append(ExerciseCells(eid, i, j, tuple(answers), k, c, tuple(names), m.group(3)))
     ids = [e.id for e in found]
     if len(set(ids)) != len(ids):
         raise ValueError(f"{where}: exercise ids repeat: {ids}")
@@ -245,8 +255,9 @@ def clear_solutions(source: str) -> str:
 
 
 def _heading(task_text: str, eid: str) -> str:
-    body = _EXERCISE_RE.match(task_text.strip()).group(5).strip()
-    return f"**Exercise {eid}.**\n\n{body}"
+    m = _EXERCISE_RE.match(task_text.strip())
+    tier = f" · {m.group(3)}" if m.group(3) else ""
+    return f"**Exercise {eid}{tier}.**\n\n{m.group(6).strip()}"
 
 
 def _written_solution(solution_text: str) -> str:

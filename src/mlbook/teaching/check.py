@@ -6,13 +6,19 @@ on NaN or infinity, on an empty input and (``check_close``) on shapes that only 
 that no check passes vacuously. Errors are printed as an order of magnitude ("< 1e-15") so that
 the stored outputs reproduce on other machines; checks return ``None``.
 
+Inside ``with conformance("against torch"):`` the checks print nothing and the block prints one
+tally line at its end ("31 checks against torch: all hold, largest error < 1e-15 (atol 1e-12)"):
+a chapter keeps its pure conformance checks in one folded cell and only the checks that teach
+inline.
+
 Shape legend: ``actual`` and ``expected`` have the same shape, or ``expected`` is one number.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -25,6 +31,7 @@ __all__ = [
     "check_true",
     "check_interval",
     "check_mc_mean",
+    "conformance",
     "fmt",
     "magnitude",
 ]
@@ -65,6 +72,57 @@ def magnitude(err: float, tol: float) -> str:
     return f"< 1e{math.floor(math.log10(err)) + 1:d}"
 
 
+class _Tally:
+    """The checks run inside one :func:`conformance` block: how many, and the largest error."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.worst: tuple[float, float] | None = None  # (error / tolerance, ...) of the worst
+
+    def add(self, err: float | None = None, tol: float | None = None) -> None:
+        self.count += 1
+        if err is not None and tol:
+            if self.worst is None or err / tol > self.worst[0] / self.worst[1]:
+                self.worst = (err, tol)
+
+
+_TALLIES: list[_Tally] = []  # the open conformance blocks, innermost last
+
+
+def _report(line: str, err: float | None = None, tol: float | None = None) -> None:
+    """Print a check's line, or count it in the innermost open conformance block."""
+    if _TALLIES:
+        _TALLIES[-1].add(err, tol)
+    else:
+        print(line)
+
+
+@contextmanager
+def conformance(reference: str) -> Iterator[None]:
+    """Run the checks of the block quietly and print one tally line when it ends.
+
+    Args:
+        reference: what the checks compare with, e.g. ``"against torch"``; it is printed.
+
+    A failing check still raises at once, with its full message. A block with no check in it
+    fails (a tally of nothing would pass vacuously).
+    """
+    tally = _Tally()
+    _TALLIES.append(tally)
+    try:
+        yield
+    finally:
+        _TALLIES.pop()
+    if tally.count == 0:
+        raise _fail(f"conformance {reference}", "the block ran no check")
+    line = f"{tally.count} checks {reference}: all hold"
+    if tally.worst is not None:  # the check closest to its tolerance
+        err, tol = tally.worst
+        tol_text = f"{tol:.0e}".replace("e-0", "e-").replace("e+0", "e+")
+        line += f"; largest error {magnitude(err, tol)} (its tolerance {tol_text})"
+    print(line)
+
+
 def _fail(what: str, detail: str) -> CheckFailed:
     return CheckFailed(f"check {what} FAILED: {detail}")
 
@@ -99,7 +157,8 @@ def check_close(
             shape, or one number that every entry must match.
         atol, rtol: the tolerance (chosen per dtype, explained in the text).
         allow_inf: infinities are legitimate (overflow, masks) and must match exactly.
-        quiet: check and raise, but do not print (for loops of many checks).
+        quiet: check and raise, but do not print (for loops of many checks); inside a
+            :func:`conformance` block it is counted like any other.
     """
     number(atol, "atol", 0.0)
     number(rtol, "rtol", 0.0)
@@ -127,9 +186,9 @@ def check_close(
             f"max abs error {err:.3e} > tolerance (atol={atol:g}, rtol={rtol:g}); "
             f"worst at index {tuple(int(i) for i in idx)}: actual {a[idx]!r}, expected {e[idx]!r}",
         )
-    if not quiet:
+    if _TALLIES or not quiet:  # a quiet check still counts in a conformance tally
         tol_text = f"atol {atol:.0e}" + (f", rtol {rtol:.0e}" if rtol else "")
-        print(f"check {what}: max abs error {magnitude(err, tol)} ({tol_text}) ok")
+        _report(f"check {what}: max abs error {magnitude(err, tol)} ({tol_text}) ok", err, tol)
 
 
 def check_true(what: str, condition, detail: str = "") -> None:
@@ -146,7 +205,7 @@ def check_true(what: str, condition, detail: str = "") -> None:
         raise _fail(what, "condition is NaN")
     if not bool(condition):
         raise _fail(what, detail or "condition is false")
-    print(f"check {what}: holds" + (f" ({detail})" if detail else "") + " ok")
+    _report(f"check {what}: holds" + (f" ({detail})" if detail else "") + " ok")
 
 
 def check_interval(what: str, value: float, low: float, high: float, digits: int = 4) -> None:
@@ -160,7 +219,7 @@ def check_interval(what: str, value: float, low: float, high: float, digits: int
     value = float(v.item())
     if not low <= value <= high:
         raise _fail(what, f"{value!r} is outside [{low!r}, {high!r}]")
-    print(f"check {what}: {fmt(value, digits)} in [{fmt(low, digits)}, {fmt(high, digits)}] ok")
+    _report(f"check {what}: {fmt(value, digits)} in [{fmt(low, digits)}, {fmt(high, digits)}] ok")
 
 
 def check_mc_mean(
@@ -194,7 +253,7 @@ def check_mc_mean(
             f"Monte Carlo mean {mean:.6g} is {abs(mean - expected) / max(se, 1e-300):.1f} standard"
             f" errors from the exact {expected:.6g} (N={x.size}, allowed {z} SE)",
         )
-    print(
+    _report(
         f"check {what}: MC mean {fmt(mean, digits)} vs exact {fmt(expected, digits)},"
         f" |diff| <= {z:g} SE (SE {fmt(se, 2)}, N={x.size}) ok"
     )

@@ -20,6 +20,9 @@ from ..validation import one_of, positive
 
 __all__ = [
     "ChapterInfo",
+    "ReadingTime",
+    "reading_time",
+    "time_line",
     "read_chapter",
     "read_chapters",
     "dependency_edges",
@@ -41,6 +44,49 @@ _CHAPTER_LINK_RE = re.compile(r"^(?:\./)?(\d{2,})_[a-z0-9_]+\.ipynb(?:#[\w.-]*)?
 _LINK_TEXT_RE = re.compile(r"^chapters?\s+(\d+)$")
 _EXERCISE_RE = re.compile(r"^\s*(?::{3,}|`{3,})\s*\{exercise(?:-start)?\}", re.M)
 _EQ_LABEL_RE = re.compile(r"\$\$\s*\((eq-(\d+)-(\d+))\)")
+
+
+#: The reading-time model: words of prose read at 200 a minute, half a minute per code cell (read
+#: it, run it, look at its output), 8 minutes per exercise; rounded to 5 minutes.
+WORDS_PER_MINUTE, MINUTES_PER_CELL, MINUTES_PER_EXERCISE = 200, 0.5, 8
+
+
+@dataclass(frozen=True)
+class ReadingTime:
+    """The measured size of a chapter and the time it takes to work through (minutes)."""
+
+    words: int
+    code_cells: int
+    exercises: int
+    minutes: int
+
+
+def reading_time(nb: dict) -> ReadingTime:
+    """Measure a notebook (its JSON as a dict): words of Markdown (the time line itself not
+    counted), non-empty code cells and exercises, and the minutes of the reading-time model."""
+    md, cells = [], 0
+    for c in nb.get("cells", []):
+        text = "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+        if c.get("cell_type") == "markdown":
+            md.append("\n".join(ln for ln in text.splitlines() if not _TIME_RE.match(ln)))
+        elif c.get("cell_type") == "code" and text.strip():
+            cells += 1
+    markdown = "\n".join(md)
+    words = len(markdown.split())
+    exercises = len(_EXERCISE_RE.findall(markdown))
+    raw = words / WORDS_PER_MINUTE + cells * MINUTES_PER_CELL + exercises * MINUTES_PER_EXERCISE
+    return ReadingTime(words, cells, exercises, max(5, 5 * round(raw / 5)))
+
+
+def time_line(t: ReadingTime, run: str) -> str:
+    """The header's ``**Estimated time**`` line for the measurement ``t``; ``run`` says how long
+    the notebook takes to execute (e.g. ``"about 15 s to run"``)."""
+    return (
+        f"**Estimated time**: {t.minutes} minutes to read and work through (measured: "
+        f"{t.words:,} words at {WORDS_PER_MINUTE} a minute, {t.code_cells} code cells at "
+        f"{int(MINUTES_PER_CELL * 60)} s, {t.exercises} exercises at {MINUTES_PER_EXERCISE} "
+        f"minutes); {run}."
+    )
 
 
 @dataclass(frozen=True)
