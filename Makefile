@@ -48,16 +48,19 @@ lint: $(STAMP)
 # Unit tests; the student versions run in-process through their exercises and nbgrader grades
 # two cut-down chapters (tests/test_assign_run.py).
 unit: warm
-	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist worksteal tests
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist worksteal -m "not browser" tests
 
 nbval: warm
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --nbval --nbval-current-env \
 		--nbval-cell-timeout=300 \
 		--nbval-sanitize-with nbval_sanitize.cfg -o testpaths= $(NOTEBOOKS)
 
+# A clean, warning-free build, then every page opened in headless Chromium (tests/test_browser.py;
+# skipped with its reason where there is no browser).
 site-check: $(STAMP)
 	rm -rf _build/html _build/.doctrees
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
+	$(PY) -m pytest -q -p no:cacheprovider -rs -m browser tests/test_browser.py
 
 test: lint unit nbval site-check
 

@@ -13,7 +13,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 SHEETS = ROOT / "data" / "formula_sheets.yml"
-COLAB_BADGE_IMG = "https://colab.research.google.com/assets/colab-badge.svg"
+# The badge image ships with the book (the site fetches nothing from other hosts); the path is
+# relative to a notebook one folder deep (chapters/, appendix/, students/).
+COLAB_BADGE_IMG = "../images/colab-badge.svg"
 NOTEBOOK_RE = re.compile(r"^(chapters/(\d\d)_[a-z0-9_]+|appendix/([a-c])_[a-z0-9_]+)$")
 
 

@@ -64,11 +64,11 @@ def render() -> str:
             lines += [""]
         for eq in ch.get("equations", []):
             label = f"eq-{eq['id'].replace('.', '-')}"
-            if label in links:
-                where = f"{{eq}}`{label}` in [{place}]({links[label]})"
+            if label in links:  # the {eq} reference shows the number, (N.k), and links to it
+                head = f"{{eq}}`{label}` · derived in [{place}]({links[label]})"
             else:
-                where = "not yet written"
-            lines += [f"**{eq['id']}** ({where})", "", "$$", eq["latex"], "$$", ""]
+                head = f"**({eq['id']})** · not yet written"
+            lines += [head, "", "$$", eq["latex"], "$$", ""]
     return "\n".join(lines).rstrip() + "\n"
 
 

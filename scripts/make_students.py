@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 
-from booktools import ROOT, colab_url, student_path, toc_notebooks
+from booktools import COLAB_BADGE_IMG, ROOT, colab_url, student_path, toc_notebooks
 
 from mlbook.teaching.assign import student_notebook
 
@@ -23,7 +23,7 @@ def render(path) -> tuple[str, str]:
     """(relative path, JSON text) of the student version of the chapter at ``path``."""
     rel = student_path(path.resolve().relative_to(ROOT).as_posix())
     nb = json.loads(path.read_text(encoding="utf-8"))
-    badge = f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab_url(rel)})"
+    badge = f"[![Open In Colab]({COLAB_BADGE_IMG})]({colab_url(rel)})"
     student = student_notebook(nb, path.name, badge=badge)
     return rel, json.dumps(student, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 

@@ -51,7 +51,7 @@ PARTS = {
     "Post-training (33–38)": range(33, 39),
     "Inference, systems and agents (39–44)": range(39, 45),
     "Beyond the sheets (45+)": range(45, 100),
-    "Appendices (A–C, E)": None,
+    "Appendices": None,
     "For instructors": None,
 }
 GUIDE_PAGES = {"instructors"}  # executed pages at the root that are not chapters (no sheet key)
