@@ -18,6 +18,7 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 
 BUDGET_S = 30.0
 BOOK_BUDGET_S = 600.0
@@ -38,10 +39,20 @@ def main() -> int:
     ap.add_argument("notebooks", nargs="+", type=Path)
     ap.add_argument("--inplace", action="store_true", help="write the outputs back")
     ap.add_argument("--bench", type=Path, help="write a Markdown table of run times here")
+    ap.add_argument(
+        "--keep-going", action="store_true", help="run every notebook even if one fails"
+    )
     args = ap.parse_args()
-    rows, total = [], 0.0
+    rows, total, failed = [], 0.0, []
     for path in args.notebooks:
-        nb, seconds = run(path)
+        try:
+            nb, seconds = run(path)
+        except CellExecutionError as err:
+            if not args.keep_going:
+                raise
+            failed.append(str(path))
+            print(f"{path}: FAILED\n{str(err)[-1500:]}", flush=True)
+            continue
         total += seconds
         rows.append((str(path), seconds))
         flag = "" if seconds <= BUDGET_S else f"  OVER the {BUDGET_S:.0f} s budget"
@@ -66,7 +77,9 @@ def main() -> int:
         )
         print(f"wrote {args.bench}")
     over = [n for n, s in rows if s > BUDGET_S]
-    return 1 if over or total > BOOK_BUDGET_S else 0
+    if failed:
+        print(f"FAILED: {len(failed)} notebooks: {' '.join(failed)}")
+    return 1 if over or failed or total > BOOK_BUDGET_S else 0
 
 
 if __name__ == "__main__":

@@ -103,6 +103,26 @@ def test_read_chapters_sorts_by_number_and_checks_the_folder(book, tmp_path):
         cu.read_chapters(tmp_path / "empty")
 
 
+def test_read_chapters_ignores_other_notebooks_and_defaults_to_the_book(book):
+    (book / "01_one-executed.ipynb").write_text("not a notebook", encoding="utf-8")
+    (book / "scratch.ipynb").write_text("{}", encoding="utf-8")
+    assert [c.number for c in cu.read_chapters(book)] == [1, 2, 3, 4, 5]
+    numbers = [c.number for c in cu.read_chapters()]  # the book's own chapters/
+    assert numbers[0] == 6 and numbers == sorted(numbers)
+
+
+def test_reading_time_counts_words_cells_and_exercises():
+    md = {"cell_type": "markdown", "source": "word " * 400}  # 2 minutes of reading
+    time_line = {"cell_type": "markdown", "source": "**Estimated time**: 99 minutes"}
+    code = {"cell_type": "code", "source": "x = 1"}
+    ex = {"cell_type": "markdown", "source": ":::{exercise} 1.1 · Predict\n:label: ex-1-1\n:::"}
+    t = cu.reading_time({"cells": [md, time_line, code, code, {**code, "source": " "}, ex]})
+    assert (t.words, t.code_cells, t.exercises) == (400 + 7, 2, 1)
+    # 407/200 + 2 * 0.5 + 8 = 11.04 minutes, rounded to 10
+    assert t.minutes == 10
+    assert cu.time_line(t, "about 5 s to run").startswith("**Estimated time**: 10 minutes")
+
+
 def test_edges_order_depths_closure(book):
     chapters = cu.read_chapters(book)
     assert cu.dependency_edges(chapters) == [(1, 2), (1, 3), (1, 4), (2, 3)]

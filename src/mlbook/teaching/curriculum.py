@@ -214,13 +214,18 @@ def read_chapter(path: str | Path) -> ChapterInfo:
 
 
 def read_chapters(folder: str | Path | None = None) -> list[ChapterInfo]:
-    """Read every ``*.ipynb`` of ``folder`` (default: the repository's ``chapters/``), by number."""
-    if folder is None:
-        folder = Path(__file__).resolve().parents[2] / "chapters"
+    """Read every chapter notebook ``NN_slug.ipynb`` of ``folder`` (default: the repository's
+    ``chapters/``), by number. Other files (an executed copy, a scratch notebook) are ignored."""
+    if folder is None:  # src/mlbook/teaching/curriculum.py -> the repository root
+        folder = Path(__file__).resolve().parents[3] / "chapters"
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"{folder}: no such folder of chapter notebooks")
-    chapters = [read_chapter(p) for p in sorted(folder.glob("*.ipynb")) if p.is_file()]
+    chapters = [
+        read_chapter(p)
+        for p in sorted(folder.glob("*.ipynb"))
+        if p.is_file() and _FILE_RE.match(p.name)
+    ]
     if not chapters:
         raise ValueError(f"{folder}: no chapter notebooks (*.ipynb) in it")
     _index(chapters)
