@@ -274,6 +274,8 @@ def test_ffn_validation():
     W, W2 = torch.randn(d, h), torch.randn(h, d)
     with pytest.raises(ValueError, match="W and V must have the same shape"):
         act.swiglu_ffn(x, W, torch.randn(d, 1), W2)  # would broadcast silently
+    with pytest.raises(ValueError, match=r"WV must have shape \(\*, 24\)"):
+        act.swiglu_ffn_fused(x, torch.randn(d, 2 * h - 1), W2)  # halves of unequal width
 
 
 def test_module_and_count_validation():

@@ -33,8 +33,8 @@ LABEL_RE = re.compile(r"\$\$\s*\((eq-[0-9A-Ca-c]+-\d+)\)")
 FLOAT_RE = re.compile(r"(?<![\w.])-?(\d+)\.(\d+)(?:e[-+]?\d+)?")
 # Prose that speaks of a document the reader does not have ("the sheet says", "the essay").
 UNSEEN_RE = re.compile(
-    r"\bthe (?:formula )?sheet'?s?\b|\bthe essay\b|\bessay'?s\b|\bsource essay\b"
-    r"|\bof the source\b|\bthe source (?:claims|says|writes|uses)\b",
+    r"\bthe\s+(?:formula\s+)?sheet'?s?\b|\bthe\s+essay\b|\bessay'?s\b|\bsource\s+essay\b"
+    r"|\bof\s+the\s+source\b|\bthe\s+source\s+(?:claims|says|writes|uses)\b",
     re.I,
 )
 INLINE_CHECK_RE = re.compile(r"\bcheck_(?!exercise\b)\w+\s*\(")

@@ -179,3 +179,17 @@ def test_conformance_fails_at_once_and_on_an_empty_block(capsys):
             pass
     check.check_true("after", True)  # the tally is closed: checks print again
     assert capsys.readouterr().out == "check after: holds ok\n"
+
+
+def test_conformance_tally_does_not_depend_on_last_bits(capsys):
+    """Errors below the printed floor: the largest tolerance is reported, whatever the bits."""
+    for tiny in (1e-17, 3e-18):
+        with check.conformance("against x"):
+            check.check_close("a", 1.0, 1.0 + tiny, atol=1e-12)
+            check.check_close("b", 1.0, 1.0, atol=1e-9)
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        out[0]
+        == out[1]
+        == "2 checks against x: all hold; largest error < 1e-12 (its tolerance 1e-9)"
+    )

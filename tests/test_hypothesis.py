@@ -224,6 +224,11 @@ def test_bad_input_raises():
         ht.two_sided_p_value(1.0, np.zeros((2, 2)))
     with pytest.raises(ValueError, match="t_obs must be a finite"):
         ht.two_sided_p_value(float("inf"), [1.0])
+    # NaN null statistics used to be skipped silently (|NaN| >= t is False): a wrong p-value.
+    with pytest.raises(ValueError, match="null_stats must be finite"):
+        ht.two_sided_p_value(0.5, np.array([0.1, np.nan, 0.7]))
+    with pytest.raises(ValueError, match="null_stats must be finite"):
+        ht.two_sided_p_value(1.0, np.full(10, np.nan))
     with pytest.raises(ValueError, match="undefined"):
         ht.two_proportion_z(0, 10, 0, 12)
     with pytest.raises(ValueError, match="1 axes"):

@@ -207,13 +207,13 @@ def test_gradient_descent_bad_input():
 # --- eq. 9.5 --------------------------------------------------------------------------------------
 
 
-def test_bce_loss_and_grad_match_torch():
+def test_bce_loss_and_logistic_grad_match_torch():
     X, y, w = classification()
     ref = F.binary_cross_entropy_with_logits(X @ w, y)
     torch.testing.assert_close(lm.bce_loss(w, X, y), ref, atol=1e-12, rtol=0)
     wr = w.clone().requires_grad_(True)
     (g,) = torch.autograd.grad(F.binary_cross_entropy_with_logits(X @ wr, y), wr)
-    torch.testing.assert_close(lm.bce_grad(w, X, y), g, atol=1e-12, rtol=0)
+    torch.testing.assert_close(lm.logistic_grad(w, X, y), g, atol=1e-12, rtol=0)
 
 
 def test_bce_loss_is_stable_for_huge_logits():
@@ -258,9 +258,9 @@ def test_logistic_bad_input():
     with pytest.raises(ValueError, match=r"y must lie in \[0, 1\]"):
         lm.bce_loss(w, X, 2 * y)
     with pytest.raises(ValueError, match=r"y must lie in \[0, 1\]"):
-        lm.bce_grad(w, X, y - 1)
+        lm.logistic_grad(w, X, y - 1)
     with pytest.raises(ValueError, match="w must have shape"):
-        lm.bce_grad(w[:-1], X, y)
+        lm.logistic_grad(w[:-1], X, y)
     with pytest.raises(ValueError, match="intercept"):
         lm.fit_logistic_regression(X[:, 1:], y)
     with pytest.raises(ValueError, match="l2"):

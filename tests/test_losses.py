@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from scipy import optimize, stats
 
+from mlbook.foundations import linear_models as lm
 from mlbook.nn import losses as L
 
 F64 = torch.float64
@@ -31,16 +32,20 @@ def gen():
 def test_squared_and_absolute_error_are_shifted_scaled_nlls(gen):
     y = torch.randn(50, generator=gen, dtype=F64)
     m = torch.randn(50, generator=gen, dtype=F64)
-    r = y - m
     sigma, b = 0.7, 1.3
     gauss = -stats.norm.logpdf(y.numpy(), m.numpy(), sigma)
     lap = -stats.laplace.logpdf(y.numpy(), m.numpy(), b)
     np.testing.assert_allclose(
-        L.squared_error(r).numpy() / (2 * sigma**2) + math.log(sigma * math.sqrt(2 * math.pi)),
+        lm.squared_error(m, y).numpy() / (2 * sigma**2) + math.log(sigma * math.sqrt(2 * math.pi)),
         gauss,
         atol=1e-12,
     )
-    np.testing.assert_allclose(L.absolute_error(r).numpy() / b + math.log(2 * b), lap, atol=1e-12)
+    np.testing.assert_allclose(
+        L.absolute_error(m, y).numpy() / b + math.log(2 * b), lap, atol=1e-12
+    )
+    assert torch.equal(
+        L.absolute_error(m, y), L.absolute_error(y, m)
+    )  # symmetric, like (pred - y)^2
     assert math.isclose(float(L.laplace_nll(y, m, b)), lap.mean(), abs_tol=1e-12)
 
 
@@ -337,3 +342,44 @@ def test_bad_input_raises():
         L.fit_gaussian_kl(x**2, x, x, x + 1, "forward")  # non-uniform grid
     with pytest.raises(ValueError, match="sigmas must be positive"):
         L.fit_gaussian_kl(x, x, x, x, "forward")  # sigma = 0 in the candidates
+    with pytest.raises(ValueError, match="pred and y must have the same shape"):
+        L.absolute_error(z, torch.zeros(3, 1))  # would broadcast to (3, 3)
+
+
+def test_empty_batch_raises_instead_of_nan():
+    e, e2 = torch.zeros(0, dtype=F64), torch.zeros(0, 3, dtype=F64)
+    calls = [
+        (lambda: L.absolute_error(e, e), "pred"),
+        (lambda: L.laplace_nll(e, e, 1.0), "y"),
+        (lambda: L.huber_loss(e), "residual"),
+        (lambda: L.huber_loss_naive(e), "residual"),
+        (lambda: L.huber_grad(e), "residual"),
+        (lambda: L.bce_with_logits(e, e), "logits"),
+        (lambda: L.bce_naive(e, e), "logits"),
+        (lambda: L.bce_grad(e, e), "logits"),
+        (lambda: L.focal_loss(e, e), "logits"),
+        (lambda: L.focal_loss_naive(e, e), "logits"),
+        (lambda: L.kl_categorical(e2, e2), "logits"),
+        (lambda: L.kl_grad_logits(e2, e2), "logits"),
+        (lambda: L.distillation_loss(e2, e2, 2.0), "student_logits"),
+        (lambda: L.distillation_grad(e2, e2, 2.0), "student_logits"),
+        (lambda: L.kl_on_grid(e, e, 0.1), "log_p"),
+    ]
+    for call, name in calls:
+        with pytest.raises(ValueError, match=f"^{name} must not be empty"):
+            call()
+
+
+def test_numpy_input_raises_a_type_error_naming_the_argument():
+    a = np.zeros(3)
+    t = torch.zeros(3, dtype=F64)
+    with pytest.raises(TypeError, match="^y must be a torch.Tensor, got ndarray"):
+        L.laplace_nll(a, t, 1.0)
+    with pytest.raises(TypeError, match="^mean must be a torch.Tensor"):
+        L.laplace_nll(t, a, 1.0)
+    with pytest.raises(TypeError, match="^x must be a torch.Tensor"):
+        L.gaussian_log_density(a, 0.0, 1.0)
+    with pytest.raises(TypeError, match="^residual must be a torch.Tensor"):
+        L.huber_loss(a)
+    with pytest.raises(TypeError, match="^logits must be a floating-point tensor"):
+        L.bce_with_logits(torch.zeros(3, dtype=torch.long), t)

@@ -135,16 +135,20 @@ def test_param_count_matches_tensors(d, H, kdim, bias):
     "B,T_q,T_k,d,H,kdim",
     [(2, 7, None, 16, 4, None), (1, 5, 9, 16, 2, 10), (3, 11, None, 24, 6, None)],
 )
-def test_cost_matches_flop_counter(B, T_q, T_k, d, H, kdim):
+def test_flops_match_flop_counter(B, T_q, T_k, d, H, kdim):
+    """mha_flops counts 2 FLOPs per multiply-add, as FlopCounterMode does, op by op."""
     _, m = torch_pair(d, H, kdim=kdim)
     x_q = randn(B, T_q, d)
     x_k = randn(B, T_k or T_q, kdim or d, seed=1)
     with FlopCounterMode(display=False) as fc:
         m(x_q, x_k)
-    cost = mh.mha_cost(B, T_q, d, T_k=T_k, d_kv=kdim)
-    assert fc.get_total_flops() == 2 * cost["total"]
+    flops = mh.mha_flops(B, T_q, d, T_k=T_k, d_kv=kdim)
+    assert fc.get_total_flops() == flops["total"]
+    per_op = {str(op).split(".")[-1]: n for op, n in fc.get_flop_counts()["Global"].items()}
+    products = flops["scores QK^T"] + flops["weights x V"]
+    assert per_op["bmm"] == products and per_op["mm"] == flops["total"] - products
     if T_k is None and kdim is None:
-        assert cost["total"] == 4 * B * T_q * d * d + 2 * B * T_q**2 * d
+        assert flops["total"] == 2 * (4 * B * T_q * d * d + 2 * B * T_q**2 * d)
 
 
 def test_bad_inputs():
@@ -179,6 +183,6 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="d_model"):
         mh.param_count(0)
     with pytest.raises(ValueError, match="T_q"):
-        mh.mha_cost(1, 0, 8)
+        mh.mha_flops(1, 0, 8)
     with pytest.raises(TypeError, match="T_k"):
-        mh.mha_cost(1, 4, 8, T_k=2.5)
+        mh.mha_flops(1, 4, 8, T_k=2.5)

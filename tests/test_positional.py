@@ -105,6 +105,23 @@ def test_alibi_slopes_power_of_two_and_paper_recipe():
     assert len(P.alibi_slopes(1)) == 1 and P.alibi_slopes(1).item() == pytest.approx(2.0**-8)
 
 
+@pytest.mark.parametrize("H", [2, 4, 8, 16, 32])
+def test_alibi_slopes_are_the_papers_geometric_sequence(H):
+    """2^(-8/H), 2^(-16/H), ..., 2^(-8): start 2^(-8/H), ratio 2^(-8/H), decreasing."""
+    start = 2.0 ** (-8.0 / H)
+    expected = torch.tensor([start ** (h + 1) for h in range(H)], dtype=torch.float64)
+    slopes = P.alibi_slopes(H)
+    torch.testing.assert_close(slopes, expected, atol=0, rtol=1e-14)
+    assert bool((slopes[1:] < slopes[:-1]).all())
+
+
+def test_alibi_slopes_other_head_counts_follow_the_papers_code():
+    """H = 6: the 4 slopes of 4 heads, then every other slope of 8 heads: not sorted."""
+    slopes = P.alibi_slopes(6).tolist()
+    assert slopes == pytest.approx([2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3])
+    assert slopes != sorted(slopes, reverse=True)
+
+
 def test_alibi_bias_forms(gen):
     s = P.alibi_slopes(4)
     torch.testing.assert_close(P.alibi_bias(s, 6), P.alibi_bias_naive(s, 6), atol=0, rtol=0)

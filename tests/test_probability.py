@@ -157,7 +157,37 @@ def test_gumbel_max_matches_softmax(gen):
             ValueError,
             r"y must hold indices in \[0, 2\)",
         ),
+        (
+            lambda: prob.categorical_nll(torch.zeros(0, 4), torch.zeros(0, dtype=torch.long)),
+            ValueError,
+            r"logits must not be empty, got shape \(0, 4\)",
+        ),  # an empty batch used to average to NaN
+        (
+            lambda: prob.gaussian_nll(torch.zeros(0), torch.zeros(0), 1.0),
+            ValueError,
+            "y must not be empty",
+        ),
+        (
+            lambda: prob.expectation([1.0, math.nan], [0.5, 0.5]),
+            ValueError,
+            "values must be finite",
+        ),
         (lambda: prob.gumbel_max_sample([0.0, 1.0], 5, torch.Generator()), TypeError, "Tensor"),
+        (
+            lambda: prob.gumbel_max_sample(torch.zeros(3), 2.5, torch.Generator()),
+            TypeError,
+            "n must be a positive int, got float",
+        ),
+        (
+            lambda: prob.gumbel_max_sample(torch.zeros(3), 100.0, torch.Generator()),
+            TypeError,
+            "n must be a positive int, got float",
+        ),  # a whole float is refused too: a count is an int
+        (
+            lambda: prob.gumbel_max_sample(torch.zeros(3), 0, torch.Generator()),
+            ValueError,
+            "n must be a positive int, got 0",
+        ),
         (
             lambda: prob.gumbel_max_sample(torch.tensor([0.0, math.inf]), 5, torch.Generator()),
             ValueError,
@@ -168,3 +198,14 @@ def test_gumbel_max_matches_softmax(gen):
 def test_bad_input_is_named(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_gaussian_nll_names_numpy_input_and_categorical_nll_takes_int32_labels():
+    with pytest.raises(TypeError, match="y must be a torch.Tensor"):
+        prob.gaussian_nll(np.zeros(3), torch.zeros(3), 1.0)
+    with pytest.raises(TypeError, match="mean must be a torch.Tensor"):
+        prob.gaussian_nll(torch.zeros(3), np.zeros(3), 1.0)
+    logits = torch.randn(4, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    y = torch.tensor([0, 2, 1, 2], dtype=torch.int32)
+    ref = torch.nn.functional.cross_entropy(logits, y.long())
+    assert prob.categorical_nll(logits, y).item() == pytest.approx(ref.item(), abs=1e-14)

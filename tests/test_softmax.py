@@ -228,3 +228,72 @@ def test_bad_input_raises():
         sm.z_loss_grad(z, math.nan)
     with pytest.raises(ValueError, match="reduction"):
         sm.z_loss(z, reduction="max")
+
+
+def test_empty_batch_raises_instead_of_nan():
+    # torch's own F.cross_entropy returns nan here; a silent nan would poison training
+    empty = torch.zeros(0, 4)
+    assert torch.isnan(F.cross_entropy(empty, torch.zeros(0, dtype=torch.long)))
+    with pytest.raises(ValueError, match="logits must not be empty"):
+        sm.cross_entropy(empty, torch.zeros(0, dtype=torch.long))
+    with pytest.raises(ValueError, match="logits must not be empty"):
+        sm.cross_entropy(empty, torch.zeros(0, 4))
+    with pytest.raises(ValueError, match="logits must not be empty"):
+        sm.z_loss(empty)
+    with pytest.raises(ValueError, match="target: every position is ignore_index"):
+        sm.cross_entropy(torch.zeros(2, 4), torch.tensor([-100, -100]), ignore_index=-100)
+    # a sum over no positions is a well-defined 0
+    got = sm.cross_entropy(
+        torch.zeros(2, 4), torch.tensor([-100, -100]), ignore_index=-100, reduction="sum"
+    )
+    assert got.item() == 0.0
+
+
+# --- low precision: the normaliser is accumulated in float32 --------------------------------------
+
+VOCAB = 131072  # 2^17 tokens: a sum of 2^17 terms exp(0) = 1 overflows float16 (max 65504)
+LOW = [torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", LOW)
+def test_low_precision_uniform_vocabulary_does_not_overflow(dtype):
+    z = torch.zeros(2, VOCAB, dtype=dtype)  # uniform logits: p = 1/K everywhere
+    p, logp = sm.softmax(z), sm.log_softmax(z)
+    lse = sm.logsumexp(z)
+    ce = sm.cross_entropy(z, torch.tensor([0, VOCAB - 1]))
+    for out in (p, logp, lse, ce):
+        assert out.dtype == dtype  # computed in float32, returned in the input's dtype
+        assert torch.isfinite(out).all()
+    log_k = math.log(VOCAB)  # 11.78
+    exact = torch.full((2, VOCAB), 1.0 / VOCAB, dtype=torch.float64)
+    # within the rounding of a float16 subnormal (p = 7.6e-6 < 6.1e-5, spacing 6e-8) or bfloat16
+    torch.testing.assert_close(p.double(), exact, atol=0, rtol=1e-2)
+    torch.testing.assert_close(logp.double(), torch.full_like(exact, -log_k), atol=0, rtol=1e-2)
+    torch.testing.assert_close(
+        lse.double(), torch.full((2,), log_k, dtype=torch.float64), rtol=1e-2, atol=0
+    )
+    assert ce.item() == pytest.approx(log_k, rel=1e-2)
+
+
+@pytest.mark.parametrize("dtype", LOW)
+def test_low_precision_matches_float32_to_its_rounding(dtype):
+    # near-uniform logits over the vocabulary: sum_j exp(z_j - max z) is about 8e4 > 65504
+    z = randn(3, VOCAB, dtype=torch.float32, seed=15, scale=0.1).to(dtype)  # (B, K), rounded
+    ref = z.float()  # the same rounded logits, computed in float32
+    if dtype == torch.float16:  # the formula computed in float16 itself overflows its sum
+        assert torch.isinf(torch.exp(z - z.amax(-1, keepdim=True)).sum(-1)).all()
+    rtol = 2 * torch.finfo(dtype).eps
+    tiny = torch.finfo(dtype).smallest_normal  # p ~ 1e-5 is subnormal in float16
+    torch.testing.assert_close(sm.softmax(z).float(), torch.softmax(ref, -1), atol=tiny, rtol=rtol)
+    torch.testing.assert_close(sm.log_softmax(z).float(), F.log_softmax(ref, -1), atol=0, rtol=rtol)
+    torch.testing.assert_close(sm.logsumexp(z).float(), torch.logsumexp(ref, -1), atol=0, rtol=rtol)
+    y = torch.randint(0, VOCAB, (3,), generator=gen(16))
+    torch.testing.assert_close(
+        sm.cross_entropy(z, y).float(), F.cross_entropy(ref, y), atol=0, rtol=rtol
+    )
+    torch.testing.assert_close(
+        sm.cross_entropy_grad(z, y).float(),
+        torch.softmax(ref, -1) - F.one_hot(y, VOCAB).float(),
+        atol=tiny,
+        rtol=rtol,
+    )

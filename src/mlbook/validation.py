@@ -14,6 +14,7 @@ message starts with the argument's name.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -123,9 +124,11 @@ def same_shape(a, b, names: tuple[str, str]) -> None:
 
 
 def integer(v, name: str, low: int | None = None, high: int | None = None) -> int:
-    """``v`` must be an int (bool excluded) in ``[low, high]``."""
-    if isinstance(v, bool) or not isinstance(v, int):
+    """``v`` must be an integer (a Python or NumPy int; bool excluded) in ``[low, high]``;
+    returned as a Python int."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+    v = int(v)
     if (low is not None and v < low) or (high is not None and v > high):
         lo = "-inf" if low is None else low
         hi = "inf" if high is None else high
@@ -134,9 +137,10 @@ def integer(v, name: str, low: int | None = None, high: int | None = None) -> in
 
 
 def positive_int(v, name: str) -> int:
-    """``v`` must be an int >= 1."""
-    if isinstance(v, bool) or not isinstance(v, int):
+    """``v`` must be an integer >= 1 (a Python or NumPy int); returned as a Python int."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
         raise TypeError(f"{name} must be a positive int, got {type(v).__name__}")
+    v = int(v)
     if v < 1:
         raise ValueError(f"{name} must be a positive int, got {v}")
     return v
@@ -279,3 +283,34 @@ def binary(x, name: str):
     if not bool(((x == 0) | (x == 1)).all()):
         raise ValueError(f"{name} must hold 0/1 outcomes only")
     return x
+
+
+def fresh_id(v, name: str, *used) -> int:
+    """``v`` must be an int >= 0 that occurs in none of the id collections ``used`` (a new token
+    id equal to an existing one would make the result ambiguous)."""
+    v = integer(v, name, low=0)
+    if any(v in ids for ids in used):
+        raise ValueError(f"{name}={v} collides with an id already in use: a new id must be fresh")
+    return v
+
+
+def distinct(x, name: str) -> torch.Tensor:
+    """The entries of ``x`` along its last axis must differ (the k experts of one token): a
+    repeated entry would silently overwrite or double-count."""
+    srt = x.sort(dim=-1).values
+    dup = (srt[..., 1:] == srt[..., :-1]).any(-1)  # one truth value per row
+    if bool(dup.any()):
+        row = [int(i) for i in dup.nonzero()[0]] if dup.ndim else []
+        where = f"row {row[0] if len(row) == 1 else tuple(row)}" if row else "it"
+        raise ValueError(f"{name} must hold distinct entries along its last axis: {where} repeats")
+    return x
+
+
+def nonsingular(m, name: str) -> torch.Tensor:
+    """The square matrix ``m`` must be invertible to working precision (condition number below
+    1/eps of its dtype): a solve with it would fail deep in torch or return noise."""
+    cond = float(torch.linalg.cond(m))
+    if not math.isfinite(cond) or cond * torch.finfo(m.dtype).eps > 1:
+        detail = f" (condition number {cond:.3g})" if math.isfinite(cond) else ""
+        raise ValueError(f"{name} must be invertible, got a singular matrix{detail}")
+    return m

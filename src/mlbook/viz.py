@@ -290,15 +290,6 @@ class Schematic:
             **style,
         )
         self.ax.add_patch(box)
-        self.ax.text(
-            xy[0],
-            xy[1],
-            text,
-            ha="center",
-            va="center",
-            fontsize=10,
-            color="black" if kind != "note" else "0.3",
-        )
         self.boxes[name] = box
         return box
 

@@ -26,7 +26,7 @@ __all__ = [
     "multihead_attention_naive",
     "from_torch",
     "param_count",
-    "mha_cost",
+    "mha_flops",
 ]
 
 
@@ -220,19 +220,22 @@ def from_torch(torch_mha: nn.MultiheadAttention) -> MultiHeadAttention:
 
 
 def param_count(d_model: int, *, bias: bool = True, d_kv: int | None = None) -> int:
-    """Parameters of multi-head attention: 2 d^2 + 2 d_kv d (+ 4 d biases). Eq. 20.4."""
+    """Parameters of multi-head attention: 2 d^2 + 2 d_kv d (+ 4 d biases), whatever H. Eq. 20.4."""
     d = positive_int(d_model, "d_model")
     d_kv = d if d_kv is None else positive_int(d_kv, "d_kv")
     return 2 * d * d + 2 * d_kv * d + (4 * d if bias else 0)
 
 
-def mha_cost(
+def mha_flops(
     batch: int, T_q: int, d_model: int, *, T_k: int | None = None, d_kv: int | None = None
 ) -> dict[str, int]:
-    """Multiply-adds of the matrix products of an MHA forward pass: 4 B T d^2 + 2 B T^2 d. Eq. 20.4.
+    """FLOPs of the matrix products of an MHA forward pass, 2 per multiply-add. Eq. 20.4.
 
+    The book's one convention (as ``torch.utils.flop_counter.FlopCounterMode`` counts): a
+    multiply-add is 2 FLOPs, so self-attention costs 2 (4 B T d^2 + 2 B T^2 d). Softmax, scaling
+    and biases are not matrix products and are not counted.
     Returns {"Q projection", "K projection", "V projection", "scores QK^T", "weights x V", "output
-    projection", "total"}: multiply-adds.
+    projection", "total"}: FLOPs.
     """
     B, Tq, d = (
         positive_int(batch, "batch"),
@@ -241,7 +244,7 @@ def mha_cost(
     )
     Tk = Tq if T_k is None else positive_int(T_k, "T_k")
     dkv = d if d_kv is None else positive_int(d_kv, "d_kv")
-    cost = {
+    macs = {  # multiply-adds of each product
         "Q projection": B * Tq * d * d,
         "K projection": B * Tk * dkv * d,
         "V projection": B * Tk * dkv * d,
@@ -249,5 +252,6 @@ def mha_cost(
         "weights x V": B * Tq * Tk * d,  # H heads x (T_q, T_k) @ (T_k, d_h)
         "output projection": B * Tq * d * d,
     }
-    cost["total"] = sum(cost.values())
-    return cost
+    flops = {name: 2 * n for name, n in macs.items()}
+    flops["total"] = sum(flops.values())
+    return flops

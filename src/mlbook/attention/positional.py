@@ -159,9 +159,13 @@ class LearnedPositionalEmbedding(nn.Module):
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
-    """ALiBi's per-head slopes ``m_h = 2^(-8h/H)``, h = 1..H, for H a power of two.
+    """ALiBi's per-head slopes, the paper's rule for any number of heads H.
 
-    Returns (H,) float64 slopes, decreasing.
+    H a power of two: the geometric sequence ``2^(-8/H), 2^(-16/H), ..., 2^(-8)``, i.e.
+    ``m_h = 2^(-8h/H)`` for h = 1..H, decreasing. Other H (the paper's code): the P slopes of
+    ``P = 2^floor(log2 H)`` heads, then the first H - P of the slopes ``2^(-4/P), 2^(-12/P),
+    ...`` (every other slope of 2P heads), which fall between them: not sorted.
+    Returns (H,) float64 slopes in that order.
     """
     n_heads = positive_int(n_heads, "n_heads")
 

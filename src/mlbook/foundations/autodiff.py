@@ -1,6 +1,6 @@
 """Automatic differentiation from scratch: forward mode (JVPs) and reverse mode (VJPs).
 
-Two small engines and the tools to test them (formula sheet, chapter 10):
+Two small engines and the tools to test them (chapter 10):
 
 - :class:`Dual` pushes a *tangent* forward next to every value: one pass computes the
   Jacobian-vector product ``J u_dot`` (eq. 10.1).

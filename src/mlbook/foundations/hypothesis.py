@@ -60,7 +60,7 @@ __all__ = [
     "within_margin_probability",
 ]
 
-#: The sheet's 1.96, the 97.5 % quantile of N(0, 1) rounded to three digits (exact: 1.959964).
+#: The textbook 1.96: the 97.5 % quantile of N(0, 1) to three digits (exact: 1.959964).
 Z95 = 1.96
 
 METHODS = ("normal", "wilson", "agresti-coull")
@@ -198,9 +198,9 @@ def normal_p_value(t) -> np.ndarray | float:
 def two_sided_p_value(t_obs: float, null_stats) -> float:
     """p-value P_H0(|T| >= |T_obs|): the share of null statistics reaching it (eq. 8.4).
 
-    null_stats: (B,); ties within a relative 1e-9 count as reaching."""
+    null_stats: (B,), finite; ties within a relative 1e-9 count as reaching."""
     t = number(t_obs, "t_obs")
-    null = float_array(null_stats, "null_stats", ndim=1, not_empty=True)
+    null = float_array(null_stats, "null_stats", ndim=1, all_finite=True, not_empty=True)
     thresh = abs(t) * (1 - _TIE_RTOL)
     return float(np.mean(np.abs(null) >= thresh))
 

@@ -40,13 +40,27 @@ __all__ = [
     "GDResult",
     "minimize_gd",
     "bce_loss",
-    "bce_grad",
+    "logistic_grad",
     "fit_logistic_regression",
     "accuracy",
     "add_intercept",
     "train_val_test_split",
     "standardise",
 ]
+
+
+def _singular_cholesky(chol: torch.Tensor, gram: torch.Tensor) -> bool:
+    """A Cholesky pivot at rounding level: the (D, D) matrix is numerically singular, even where
+    the factorisation itself went through."""
+    floor = chol.shape[0] * torch.finfo(chol.dtype).eps * float(gram.diagonal().max())
+    return float(chol.diagonal().min()) ** 2 <= floor
+
+
+def _singular_qr(r: torch.Tensor, n_rows: int) -> bool:
+    """A pivot of the (D, D) factor R at rounding level: X is numerically rank-deficient."""
+    diag = r.diagonal().abs()
+    floor = torch.finfo(r.dtype).eps * max(n_rows, r.shape[0]) * float(diag.max())
+    return float(diag.min()) <= floor
 
 
 # --- eq. 9.1: empirical risk ----------------------------------------------------------------------
@@ -97,8 +111,9 @@ def mse_loss(theta: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> torch.Ten
     """(1/N) ||X theta - y||^2, the empirical risk of a linear model (eq. 9.1).
 
     theta: (D,), X: (N, D), y: (N,). Returns ()."""
-    n, d = float_tensor(X, "X", ndim=2, not_empty=True).shape
-    shape_is(theta, "theta", (d,)), shape_is(y, "y", (n,))
+    float_tensor(X, "X", ndim=2, not_empty=True)
+    shape_is(theta, "theta", (X.shape[1],))
+    shape_is(y, "y", (X.shape[0],))
     r = X @ theta - y  # (N,) residuals
     return (r @ r) / X.shape[0]
 
@@ -107,8 +122,9 @@ def mse_grad(theta: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> torch.Ten
     """(2/N) X^T (X theta - y), the gradient of :func:`mse_loss`. Implements eq. 9.2.
 
     theta: (D,), X: (N, D), y: (N,). Returns (D,)."""
-    n, d = float_tensor(X, "X", ndim=2, not_empty=True).shape
-    shape_is(theta, "theta", (d,)), shape_is(y, "y", (n,))
+    float_tensor(X, "X", ndim=2, not_empty=True)
+    shape_is(theta, "theta", (X.shape[1],))
+    shape_is(y, "y", (X.shape[0],))
     return 2.0 / X.shape[0] * (X.T @ (X @ theta - y))
 
 
@@ -119,15 +135,13 @@ def normal_equations(X: torch.Tensor, y: torch.Tensor, l2: float = 0.0) -> torch
     """Solve (X^T X + N l2 I) theta = X^T y by Cholesky (ridge if l2 > 0). Implements eq. 9.3.
 
     X: (N, D) of full column rank unless l2 > 0; y: (N,); l2 >= 0. Returns (D,)."""
-    n, d = float_tensor(X, "X", ndim=2, not_empty=True).shape
-    shape_is(y, "y", (n,))
+    float_tensor(X, "X", ndim=2, not_empty=True)
+    shape_is(y, "y", (X.shape[0],))
     l2 = number(l2, "l2", 0.0)
+    n, d = X.shape
     gram = X.T @ X + n * l2 * torch.eye(d, dtype=X.dtype)  # (D, D)
     chol, info = torch.linalg.cholesky_ex(gram)  # chol: (D, D) lower triangular
-    # A pivot at rounding level means a (numerically) singular matrix even where the
-    # factorisation itself went through.
-    pivot_floor = d * torch.finfo(X.dtype).eps * float(gram.diagonal().max())
-    if int(info) != 0 or float(chol.diagonal().min()) ** 2 <= pivot_floor:
+    if int(info) != 0 or _singular_cholesky(chol, gram):
         raise ValueError(f"X {tuple(X.shape)} is (numerically) rank-deficient: use l2 > 0")
     rhs = (X.T @ y)[:, None]  # (D, 1)
     return torch.cholesky_solve(rhs, chol)[:, 0]
@@ -137,13 +151,12 @@ def least_squares_qr(X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """argmin ||X theta - y||^2 by reduced QR (never forms X^T X): the reference for eq. 9.3.
 
     X: (N, D) of full column rank, N >= D; y: (N,). Returns (D,)."""
-    n, d = float_tensor(X, "X", ndim=2, not_empty=True).shape
-    shape_is(y, "y", (n,))
-    if n < d:
+    float_tensor(X, "X", ndim=2, not_empty=True)
+    shape_is(y, "y", (X.shape[0],))
+    if X.shape[0] < X.shape[1]:
         raise ValueError(f"X must have N >= D rows for a unique solution, got {tuple(X.shape)}")
     q, r = torch.linalg.qr(X, mode="reduced")  # q: (N, D), r: (D, D) upper triangular
-    diag = r.diagonal().abs()
-    if float(diag.min()) <= torch.finfo(X.dtype).eps * max(n, d) * float(diag.max()):
+    if _singular_qr(r, X.shape[0]):
         raise ValueError(f"X of shape {tuple(X.shape)} is numerically rank-deficient")
     return torch.linalg.solve_triangular(r, (q.T @ y)[:, None], upper=True)[:, 0]
 
@@ -158,7 +171,8 @@ def gradient_descent(
 
     grad: (D,) -> (D,); theta0: (D,); lr > 0; steps: T >= 0. Returns (T + 1, D) iterates."""
     float_tensor(theta0, "theta0", ndim=1, not_empty=True)
-    lr, steps = positive(lr, "lr"), integer(steps, "steps", low=0)
+    lr = positive(lr, "lr")
+    steps = integer(steps, "steps", low=0)
     path = torch.empty((steps + 1, theta0.numel()), dtype=theta0.dtype)  # (T + 1, D)
     path[0] = theta0
     theta = theta0.detach().clone()
@@ -191,7 +205,8 @@ def minimize_gd(
 
     grad: (D,) -> (D,); theta0: (D,); lr > 0; tol > 0."""
     float_tensor(theta0, "theta0", ndim=1, not_empty=True)
-    lr, tol = positive(lr, "lr"), positive(tol, "tol")
+    lr = positive(lr, "lr")
+    tol = positive(tol, "tol")
     max_steps = integer(max_steps, "max_steps", low=0)
     theta = theta0.detach().clone()
     for t in range(max_steps + 1):
@@ -210,20 +225,23 @@ def bce_loss(w: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Mean binary cross-entropy mean(softplus(z) - y z), z = X w, without overflow.
 
     w: (D,), X: (N, D), y: (N,) labels in [0, 1]. Returns ()."""
-    n, d = float_tensor(X, "X", ndim=2, not_empty=True).shape
-    shape_is(w, "w", (d,)), shape_is(y, "y", (n,))
+    float_tensor(X, "X", ndim=2, not_empty=True)
+    shape_is(w, "w", (X.shape[1],))
+    shape_is(y, "y", (X.shape[0],))
     unit_interval(y, "y")
     z = X @ w  # (N,) logits
     softplus = torch.clamp(z, min=0) + torch.log1p(torch.exp(-z.abs()))
     return (softplus - y * z).mean()
 
 
-def bce_grad(w: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """(1/N) X^T (sigmoid(X w) - y), the gradient of :func:`bce_loss`. Implements eq. 9.5.
+def logistic_grad(w: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """(1/N) X^T (sigmoid(X w) - y), the gradient of :func:`bce_loss` with respect to the
+    weights w (not the logits). Implements eq. 9.5.
 
     w: (D,), X: (N, D), y: (N,) labels in [0, 1]. Returns (D,)."""
-    n, d = float_tensor(X, "X", ndim=2, not_empty=True).shape
-    shape_is(w, "w", (d,)), shape_is(y, "y", (n,))
+    float_tensor(X, "X", ndim=2, not_empty=True)
+    shape_is(w, "w", (X.shape[1],))
+    shape_is(y, "y", (X.shape[0],))
     unit_interval(y, "y")
     return X.T @ (torch.sigmoid(X @ w) - y) / X.shape[0]
 
@@ -242,11 +260,12 @@ def fit_logistic_regression(
 
     X: (N, D) with X[:, 0] == 1 (unpenalised intercept); y: (N,) in [0, 1]; l2 >= 0; lr defaults
     to 1/L, L = lambda_max(X^T X) / (4N) + l2; w0: (D,) start. Returns a :class:`GDResult`."""
-    n, d = float_tensor(X, "X", ndim=2, not_empty=True).shape
-    unit_interval(shape_is(y, "y", (n,)), "y")
+    float_tensor(X, "X", ndim=2, not_empty=True)
+    unit_interval(shape_is(y, "y", (X.shape[0],)), "y")
     if not torch.all(X[:, 0] == 1):
         raise ValueError("X[:, 0] must be the intercept column of ones (use add_intercept)")
     l2 = number(l2, "l2", 0.0)
+    n, d = X.shape
     w0 = torch.zeros(d, dtype=X.dtype) if w0 is None else shape_is(w0, "w0", (d,))
     if lr is None:
         smooth = float(torch.linalg.eigvalsh(X.T @ X).max()) / (4 * n) + l2
@@ -262,8 +281,9 @@ def fit_logistic_regression(
 
 def accuracy(w: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> float:
     """Share of examples with 1[x^T w > 0] == y. w: (D,), X: (N, D), y: (N,) in {0, 1}."""
-    n, d = float_tensor(X, "X", ndim=2, not_empty=True).shape
-    shape_is(w, "w", (d,)), shape_is(y, "y", (n,))
+    float_tensor(X, "X", ndim=2, not_empty=True)
+    shape_is(w, "w", (X.shape[1],))
+    shape_is(y, "y", (X.shape[0],))
     binary(y, "y")
     return float(((X @ w > 0).to(y.dtype) == y).to(torch.float64).mean())
 

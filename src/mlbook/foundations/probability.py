@@ -170,7 +170,7 @@ def expectation(values, probs) -> float:
     """E[X] = sum_x x p(x) by exact enumeration. Implements eq. 6.3. values, probs: (K,)."""
     p = float_array(probs, "probs")
     distribution(torch.from_numpy(p).flatten(), "probs")
-    v = float_array(values, "values")
+    v = float_array(values, "values", all_finite=True)
     same_shape(v, p, ("values", "probs"))
     return float((v * p).sum())
 
@@ -234,7 +234,9 @@ def pathwise_grad(
 def gaussian_nll(y: torch.Tensor, mean: torch.Tensor, sigma: float | torch.Tensor) -> torch.Tensor:
     """Mean negative log-likelihood of y under N(mean, sigma^2). Implements eq. 6.5.
 
-    y, mean: (N,); sigma > 0, a scalar or (N,). Returns ()."""
+    y, mean: (N,), N >= 1; sigma > 0, a scalar or (N,). Returns ()."""
+    y = float_tensor(y, "y", not_empty=True)  # an empty batch would average to NaN
+    mean = float_tensor(mean, "mean")
     same_shape(y, mean, ("y", "mean"))
     s = positive_entries(torch.as_tensor(sigma, dtype=y.dtype), "sigma")
     return (0.5 * ((y - mean) / s) ** 2 + torch.log(s) + 0.5 * math.log(2 * math.pi)).mean()
@@ -243,10 +245,10 @@ def gaussian_nll(y: torch.Tensor, mean: torch.Tensor, sigma: float | torch.Tenso
 def categorical_nll(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Mean negative log-likelihood of labels under softmax(logits). Implements eq. 6.5.
 
-    logits: (N, K); y: (N,) integer labels in [0, K). Returns ()."""
-    n, k = float_tensor(logits, "logits", ndim=2).shape
-    shape_is(index_tensor(y, "y", high=k), "y", (n,))
-    m = logits.max(dim=1, keepdim=True).values  # (N, 1): shift for stability
+    logits: (N, K), N >= 1; y: (N,) integer labels in [0, K). Returns ()."""
+    n, k = float_tensor(logits, "logits", ndim=2, not_empty=True).shape  # empty: NaN mean
+    y = shape_is(index_tensor(y, "y", high=k), "y", (n,)).long()  # gather wants int64
+    m = logits.amax(dim=1, keepdim=True)  # (N, 1): shift for stability
     lse = m.squeeze(1) + torch.log(torch.exp(logits - m).sum(dim=1))  # (N,)
     return (lse - logits.gather(1, y[:, None]).squeeze(1)).mean()
 

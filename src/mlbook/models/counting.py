@@ -99,7 +99,7 @@ def count_parameters(config: DecoderConfig, *, embeddings: bool = True) -> int:
 
 
 def layer_flops(config: DecoderConfig, kind: str, n_tokens: int, n_keys: int) -> int:
-    """Matmul FLOPs of one layer for n_tokens tokens that attend to n_keys keys each.
+    """Matrix-product FLOPs of one layer (2 per multiply-add), n_tokens tokens x n_keys keys.
 
     Attention: the projections, 2 (2 d^2 + 2 d G d_h) per token, and Q K^T, A V, 4 n_keys d per
     token (the full score matrix, masked entries included). SSM: W_in, Delta, B, C, the read-out
@@ -128,7 +128,7 @@ def forward_flops(
     n_keys: int | None = None,
     head_tokens: int | None = None,
 ) -> int:
-    """Matmul FLOPs of a forward pass over ``seq_len`` new tokens a sequence (2 per multiply-add).
+    """Matrix-product FLOPs of a forward pass (2 per multiply-add), seq_len tokens a sequence.
 
     Each token attends to ``n_keys`` keys (default seq_len: a pass without cache) and the head
     runs on ``head_tokens`` positions (default all), 2 d V each. Norms, softmax, activations,
@@ -144,24 +144,28 @@ def forward_flops(
 
 
 def training_flops(config: DecoderConfig, seq_len: int, batch: int = 1) -> int:
-    """Matmul FLOPs of one training step = 3 x :func:`forward_flops` (eq. 22.5's 6 = 3 x 2).
+    """Matrix-product FLOPs of one training step (2 per multiply-add): 3 x :func:`forward_flops`.
 
-    The backward pass of Y = X W computes dX = dY W^T and dW = X^T dY: two products of the
-    forward's size.
+    Eq. 22.5's 6 = 3 x 2: the backward pass of Y = X W computes dX = dY W^T and dW = X^T dY,
+    two products of the forward's size.
     """
     return 3 * forward_flops(config, seq_len, batch)
 
 
 def approx_training_flops(n_params: int, n_tokens: int) -> int:
-    """C ~ 6 N D: training compute for N parameters and D tokens (eq. 22.5)."""
+    """C ~ 6 N D FLOPs (2 per multiply-add): training compute for N parameters, D tokens (eq. 22.5).
+
+    Leaves out the attention products and the output head; :func:`training_flops` counts them.
+    """
     return 6 * positive_int(n_params, "n_params") * positive_int(n_tokens, "n_tokens")
 
 
 def measure_training_flops(model: nn.Module, tokens: torch.Tensor) -> int:
-    """FLOPs of forward + backward of a next-token loss, counted by ``FlopCounterMode``.
+    """FLOPs of forward + backward of a next-token loss, as ``FlopCounterMode`` counts them.
 
-    model maps tokens (B, T) to logits (B, T, V); the targets are the tokens shifted by one (the
-    last position predicts token 0: they only make a scalar loss). Gradients are cleared after.
+    FlopCounterMode adds 2 FLOPs per multiply-add of every matrix product that runs. model maps
+    tokens (B, T) to logits (B, T, V); the targets are the tokens shifted by one (the last
+    position predicts token 0: they only make a scalar loss). Gradients are cleared after.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
@@ -182,12 +186,13 @@ def measure_training_flops(model: nn.Module, tokens: torch.Tensor) -> int:
 def generation_flops(
     config: DecoderConfig, prompt_len: int, n_new: int, use_cache: bool = True, batch: int = 1
 ) -> int:
-    """Matmul FLOPs of :func:`mlbook.models.generate.generate` (eq. 24.1's saving, exactly).
+    """Matrix-product FLOPs of :func:`~mlbook.models.generate.generate` (2 per multiply-add).
 
-    Step i sees P + i tokens. With the cache, while they fit in max_seq_len: step 0 is a prefill
-    over the prompt, step i > 0 one token against the cached keys (at most S + W under a window)
-    and itself. Without the cache, or beyond max_seq_len: a full pass over the last
-    min(P + i, max_seq_len) tokens. The head runs on the last position only.
+    Eq. 24.1's saving, exactly. Step i sees P + i tokens. With the cache, while they fit in
+    max_seq_len: step 0 is a prefill over the prompt, step i > 0 one token against the cached
+    keys (at most S + W under a window) and itself. Without the cache, or beyond max_seq_len: a
+    full pass over the last min(P + i, max_seq_len) tokens. The head runs on the last position
+    only.
     """
     c = _config(config)
     P, n = positive_int(prompt_len, "prompt_len"), integer(n_new, "n_new", low=0)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ..validation import float_tensor, positive_int, same_shape
+from ..validation import float_tensor, positive_int, same_shape, shape_is
 
 __all__ = [
     "sigmoid",
@@ -150,7 +150,7 @@ def silu_grad(x: torch.Tensor) -> torch.Tensor:
     return s + x * s * (1.0 - s)
 
 
-#: name -> (activation, its closed-form derivative), in the order of the formula sheet.
+#: name -> (activation, its closed-form derivative), in the order of chapter 11 (eqs. 11.1-11.4).
 ACTIVATIONS: dict[
     str, tuple[Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]
 ] = {
@@ -183,8 +183,13 @@ def dead_fraction(pre: torch.Tensor) -> float:
 
 
 def swiglu_hidden_dim(d: int, multiple_of: int = 1) -> int:
-    """SwiGLU hidden width h = 8d/3 (3dh = 8d^2), rounded up to ``multiple_of`` (eq. 11.5)."""
-    d, multiple_of = positive_int(d, "d"), positive_int(multiple_of, "multiple_of")
+    """SwiGLU hidden width: floor(8d/3) rounded up to a multiple of ``multiple_of`` (eq. 11.5).
+
+    The three d x h matrices then hold 3dh ~ 8d^2 weights, as many as a two-matrix MLP of width
+    4d (exactly when 3 divides d and no rounding happens). Llama-2-7B: d = 4096, multiple 256
+    gives 11008."""
+    d = positive_int(d, "d")
+    multiple_of = positive_int(multiple_of, "multiple_of")
     h = (8 * d) // 3
     return multiple_of * ((h + multiple_of - 1) // multiple_of)
 
@@ -201,6 +206,7 @@ def swiglu_ffn_fused(x: torch.Tensor, WV: torch.Tensor, W2: torch.Tensor) -> tor
     """SwiGLU with gate and value fused into one matmul; :func:`swiglu_ffn` is the reference.
 
     x: (..., d); WV: (d, 2h) = [W | V]; W2: (h, d_out). Returns (..., d_out)."""
+    shape_is(WV, "WV", (None, 2 * W2.shape[0]))  # gate and value halves, each as wide as W2
     u, v = (x @ WV).chunk(2, dim=-1)  # (..., 2h) -> gate (..., h) and value (..., h)
     return (silu(u) * v) @ W2
 
@@ -235,7 +241,8 @@ class SwiGLUFFN(nn.Module):
     ) -> None:
         super().__init__()
         h = swiglu_hidden_dim(d) if h is None else h
-        positive_int(d, "d"), positive_int(h, "h")
+        positive_int(d, "d")
+        positive_int(h, "h")
         self.d, self.h = d, h
         self.W = _init_matrix(d, h, generator, dtype)
         self.V = _init_matrix(d, h, generator, dtype)
@@ -259,7 +266,8 @@ class GELUFFN(nn.Module):
     ) -> None:
         super().__init__()
         h = 4 * d if h is None else h
-        positive_int(d, "d"), positive_int(h, "h")
+        positive_int(d, "d")
+        positive_int(h, "h")
         self.d, self.h = d, h
         self.W1 = _init_matrix(d, h, generator, dtype)
         self.W2 = _init_matrix(h, d, generator, dtype)

@@ -10,7 +10,9 @@ Shape legend
     ...    any leading batch shape
 
 Elementwise losses return one value per element (no reduction). The Gaussian NLL is
-:func:`mlbook.foundations.probability.gaussian_nll`.
+:func:`mlbook.foundations.probability.gaussian_nll` and its elementwise loss, the squared error
+(pred - y)^2, is :func:`mlbook.foundations.linear_models.squared_error`. Every loss refuses an
+empty batch (its mean would be NaN) and a NumPy array (``TypeError`` naming the argument).
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ from ..validation import (
 )
 
 __all__ = [
-    "squared_error",
     "absolute_error",
     "laplace_nll",
     "huber_loss",
@@ -62,21 +63,20 @@ __all__ = [
 # --- eq. 13.1: squared and absolute error from Gaussian and Laplace likelihoods -------------------
 
 
-def squared_error(residual: torch.Tensor) -> torch.Tensor:
-    """r^2 per element, the Gaussian NLL up to scale and shift (eq. 13.1). residual: (...)."""
-    return residual * residual
+def absolute_error(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """|pred - y| per element, the Laplace NLL up to scale and shift (eq. 13.1).
 
-
-def absolute_error(residual: torch.Tensor) -> torch.Tensor:
-    """|r| per element, the Laplace NLL up to scale and shift (eq. 13.1). residual: (...)."""
-    return residual.abs()
+    pred, y: (...) of one shape. The Gaussian twin is ``linear_models.squared_error``."""
+    same_shape(float_tensor(pred, "pred", not_empty=True), y, ("pred", "y"))
+    return (pred - y).abs()
 
 
 def laplace_nll(y: torch.Tensor, mean: torch.Tensor, b: float | torch.Tensor) -> torch.Tensor:
     """Mean negative log-likelihood mean(|y - mean|) / b + log(2 b) under Laplace. Eq. 13.1.
 
     y, mean: (N,); b: scale > 0, a scalar or (N,). Returns ()."""
-    same_shape(y, mean, ("y", "mean"))
+    float_tensor(y, "y", not_empty=True)
+    same_shape(y, float_tensor(mean, "mean"), ("y", "mean"))
     bb = finite(positive_entries(torch.as_tensor(b, dtype=y.dtype), "b"), "b")
     return ((y - mean).abs() / bb + torch.log(2 * bb)).mean()
 
@@ -88,6 +88,7 @@ def huber_loss(residual: torch.Tensor, delta: float = 1.0) -> torch.Tensor:
     """Huber loss a (|r| - a/2), a = min(|r|, delta), per element. Implements eq. 13.2.
 
     residual: (...); delta > 0. Returns (...)."""
+    float_tensor(residual, "residual", not_empty=True)
     r, d = residual, positive(delta, "delta")
     abs_r = r.abs()
     a = abs_r.clamp(max=d)
@@ -96,12 +97,14 @@ def huber_loss(residual: torch.Tensor, delta: float = 1.0) -> torch.Tensor:
 
 def huber_loss_naive(residual: torch.Tensor, delta: float = 1.0) -> torch.Tensor:
     """Huber loss per element, the two cases of eq. 13.2 written out (the reference)."""
+    float_tensor(residual, "residual", not_empty=True)
     r, d = residual, positive(delta, "delta")
     return torch.where(r.abs() <= d, 0.5 * r**2, d * (r.abs() - 0.5 * d))
 
 
 def huber_grad(residual: torch.Tensor, delta: float = 1.0) -> torch.Tensor:
     """d ell_delta / dr = clip(r, -delta, delta) per element (eq. 13.2)."""
+    float_tensor(residual, "residual", not_empty=True)
     r, d = residual, positive(delta, "delta")
     return r.clamp(-d, d)
 
@@ -149,23 +152,26 @@ def bce_with_logits(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
     """BCE per element max(z, 0) - z y + log1p(exp(-|z|)), never overflowing. Eq. 13.3.
 
     logits, targets: (...), targets in [0, 1]."""
-    z, y = logits, unit_interval(targets, "targets")
-    same_shape(z, y, ("logits", "targets"))
+    same_shape(float_tensor(logits, "logits", not_empty=True), targets, ("logits", "targets"))
+    unit_interval(float_tensor(targets, "targets"), "targets")
+    z, y = logits, targets
     return z.clamp(min=0) - z * y + torch.log1p(torch.exp(-z.abs()))
 
 
 def bce_naive(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """BCE through sigma(z) literally: inf or nan for large |z| (the reference for eq. 13.3)."""
-    z, y = logits, unit_interval(targets, "targets")
-    same_shape(z, y, ("logits", "targets"))
+    same_shape(float_tensor(logits, "logits", not_empty=True), targets, ("logits", "targets"))
+    unit_interval(float_tensor(targets, "targets"), "targets")
+    z, y = logits, targets
     p = 1.0 / (1.0 + torch.exp(-z))
     return -(y * torch.log(p) + (1 - y) * torch.log(1 - p))
 
 
 def bce_grad(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """dL/dz = sigma(z) - y per element (eq. 13.3). logits, targets: (...)."""
-    z, y = logits, unit_interval(targets, "targets")
-    same_shape(z, y, ("logits", "targets"))
+    same_shape(float_tensor(logits, "logits", not_empty=True), targets, ("logits", "targets"))
+    unit_interval(float_tensor(targets, "targets"), "targets")
+    z, y = logits, targets
     return torch.sigmoid(z) - y
 
 
@@ -186,8 +192,9 @@ def focal_loss(
     """Focal loss -alpha_t (1 - p_t)^gamma log p_t per element, from logits. Implements eq. 13.4.
 
     logits, targets: (...), targets in {0, 1}; gamma >= 0; alpha in [0, 1] or None."""
-    z, y = logits, binary(targets, "targets")
-    same_shape(z, y, ("logits", "targets"))
+    same_shape(float_tensor(logits, "logits", not_empty=True), targets, ("logits", "targets"))
+    binary(float_tensor(targets, "targets"), "targets")
+    z, y = logits, targets
     g = number(gamma, "gamma", 0.0)
     zt = torch.where(y == 1, z, -z)  # signed logit: p_t = sigma(z_t)
     ones = torch.ones_like(zt)
@@ -200,8 +207,9 @@ def focal_loss_naive(
     logits: torch.Tensor, targets: torch.Tensor, gamma: float = 2.0, alpha: float | None = None
 ) -> torch.Tensor:
     """Focal loss per element, eq. 13.4 literally through p = sigmoid(z) (the reference)."""
-    z, y = logits, binary(targets, "targets")
-    same_shape(z, y, ("logits", "targets"))
+    same_shape(float_tensor(logits, "logits", not_empty=True), targets, ("logits", "targets"))
+    binary(float_tensor(targets, "targets"), "targets")
+    z, y = logits, targets
     number(gamma, "gamma", 0.0)
     p = torch.sigmoid(z)
     pt = torch.where(y == 1, p, 1 - p)
@@ -215,8 +223,9 @@ def kl_categorical(p: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
     """KL(p || softmax(z)) per row, with a stable log-softmax and 0 log 0 = 0. Eq. 13.5.
 
     p: (..., K) rows summing to 1; logits: (..., K). Returns (...) >= 0."""
+    float_tensor(logits, "logits", not_empty=True)
+    same_shape(distribution(p, "p", atol=1e-5), logits, ("p", "logits"))
     z = logits
-    same_shape(distribution(p, "p", atol=1e-5), z, ("p", "logits"))
     log_q = torch.log_softmax(z, dim=-1)
     return (torch.xlogy(p, p) - p * log_q).sum(dim=-1)
 
@@ -229,8 +238,9 @@ def kl_categorical_naive(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 def kl_grad_logits(p: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
     """grad_z KL(p || softmax(z)) = softmax(z) - p (eq. 13.5). p, logits: (..., K)."""
+    float_tensor(logits, "logits", not_empty=True)
+    same_shape(distribution(p, "p", atol=1e-5), logits, ("p", "logits"))
     z = logits
-    same_shape(distribution(p, "p", atol=1e-5), z, ("p", "logits"))
     return torch.softmax(z, dim=-1) - p
 
 
@@ -240,6 +250,8 @@ def distillation_loss(
     """L_KD = T^2 KL(p_T || q_T), p_T = softmax(v/T), q_T = softmax(z/T). Implements eq. 13.5.
 
     student_logits, teacher_logits: (..., K); T > 0. Returns (...)."""
+    float_tensor(student_logits, "student_logits", not_empty=True)
+    float_tensor(teacher_logits, "teacher_logits")
     same_shape(student_logits, teacher_logits, ("student_logits", "teacher_logits"))
     t = positive(T, "T")
     p_t = torch.softmax(teacher_logits / t, dim=-1)
@@ -250,6 +262,8 @@ def distillation_grad(
     student_logits: torch.Tensor, teacher_logits: torch.Tensor, T: float
 ) -> torch.Tensor:
     """grad_z L_KD = T (q_T - p_T) (eq. 13.5). Logits: (..., K); T > 0."""
+    float_tensor(student_logits, "student_logits", not_empty=True)
+    float_tensor(teacher_logits, "teacher_logits")
     same_shape(student_logits, teacher_logits, ("student_logits", "teacher_logits"))
     t = positive(T, "T")
     q_t = torch.softmax(student_logits / t, dim=-1)
@@ -262,6 +276,7 @@ def distillation_grad(
 
 def gaussian_log_density(x: torch.Tensor, mu, sigma) -> torch.Tensor:
     """log N(x; mu, sigma^2) elementwise; x, mu, sigma broadcast (sigma > 0)."""
+    float_tensor(x, "x")  # its dtype is the result's (a NumPy array has none torch knows)
     mu_t = torch.as_tensor(mu, dtype=x.dtype)
     s = positive_entries(torch.as_tensor(sigma, dtype=x.dtype), "sigma")
     return -0.5 * ((x - mu_t) / s) ** 2 - torch.log(s) - 0.5 * math.log(2 * math.pi)
@@ -271,6 +286,8 @@ def kl_on_grid(log_p: torch.Tensor, log_q: torch.Tensor, dx: float) -> torch.Ten
     """KL(p || q) = integral p (log p - log q) dx as a Riemann sum, from log-densities.
 
     log_p, log_q: (..., X) on one uniform grid (broadcastable); dx > 0. Returns (...)."""
+    float_tensor(log_p, "log_p", not_empty=True)
+    float_tensor(log_q, "log_q", not_empty=True)
     h = positive(dx, "dx")
     return (torch.exp(log_p) * (log_p - log_q)).sum(dim=-1) * h
 

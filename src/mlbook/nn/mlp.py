@@ -1,6 +1,10 @@
 """A multilayer perceptron by hand (chapter 14): Z1 = X W1 + b1, H = max(0, Z1), Z2 = H W2 + b2.
 
 Parameters are a dict ``{"W1", "b1", "W2", "b2"}``; deeper nets are lists of ``(W, b)`` layers.
+The pieces that other chapters own are imported, not copied: the ReLU of chapter 11
+(:func:`mlbook.nn.activations.relu`), the loss of eq. 14.2, which is the categorical NLL of
+chapter 6 (:func:`mlbook.foundations.probability.categorical_nll`), and the gradient step of
+chapter 15 (:func:`mlbook.nn.optim.sgd_step`).
 
 Shape legend
     B      batch size (number of examples)
@@ -21,6 +25,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from ..foundations import probability
 from ..validation import (
     float_tensor,
     index_tensor,
@@ -30,6 +35,7 @@ from ..validation import (
     same_shape,
     shape_is,
 )
+from . import activations, optim
 from .softmax import log_softmax
 
 __all__ = [
@@ -38,15 +44,12 @@ __all__ = [
     "init_std",
     "init_mlp",
     "init_layers",
-    "relu",
     "forward",
-    "nll_loss",
     "output_grad",
     "linear_backward",
     "backward",
     "loss_and_grads",
     "grads_finite_difference",
-    "sgd_step",
     "sgd_epoch",
     "train",
     "predict",
@@ -125,11 +128,6 @@ def init_mlp(
 # --- eq. 14.1: the forward pass -------------------------------------------------------------------
 
 
-def relu(z: torch.Tensor) -> torch.Tensor:
-    """max(0, z) elementwise (the activation of eq. 14.1); any shape."""
-    return torch.clamp_min(z, 0.0)
-
-
 def forward(
     params: dict[str, torch.Tensor], X: torch.Tensor
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -141,23 +139,9 @@ def forward(
     shape_is(params["b1"], "b1", params["W1"].shape[1:])  # a bias must not broadcast
     shape_is(params["b2"], "b2", params["W2"].shape[1:])
     Z1 = X @ params["W1"] + params["b1"]  # (B, H); b1 broadcasts over the batch
-    Hh = relu(Z1)  # (B, H)
+    Hh = activations.relu(Z1)  # (B, H)
     Z2 = Hh @ params["W2"] + params["b2"]  # (B, K)
     return Z2, {"X": X, "Z1": Z1, "H": Hh}
-
-
-# --- eq. 14.2: the loss ---------------------------------------------------------------------------
-
-
-def nll_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """L = -(1/B) sum_i log P[i, y_i] with P = softmax(logits) row by row (eq. 14.2).
-
-    logits: (B, K) logits Z2. y: (B,) integer labels in [0, K). Returns a scalar tensor, the mean
-    negative log-likelihood."""
-    B, K = float_tensor(logits, "logits", ndim=2, not_empty=True).shape
-    y = shape_is(index_tensor(y, "y", high=K), "y", (B,)).long()
-    logp = log_softmax(logits, dim=1)  # (B, K)
-    return -logp.gather(1, y[:, None]).squeeze(1).mean()  # (B, 1) -> (B,) -> scalar
 
 
 # --- eq. 14.3: the gradient at the logits ---------------------------------------------------------
@@ -167,7 +151,7 @@ def output_grad(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """dL/dZ2 = (P - Y) / B, Y the one-hot labels (eq. 14.3).
 
     logits: (B, K) logits. y: (B,) integer labels in [0, K). Returns (B, K) the gradient of
-    :func:`nll_loss` with respect to the logits."""
+    the mean NLL of eq. 14.2 (``categorical_nll``) with respect to the logits."""
     B, K = float_tensor(logits, "logits", ndim=2, not_empty=True).shape
     y = shape_is(index_tensor(y, "y", high=K), "y", (B,)).long()
     P = torch.exp(log_softmax(logits, dim=1))  # (B, K)
@@ -194,7 +178,7 @@ def backward(
     y: torch.Tensor,
     logits: torch.Tensor,
 ) -> dict[str, torch.Tensor]:
-    """The hand-written backward pass of :func:`forward` + :func:`nll_loss` (eqs. 14.3, 14.4).
+    """The hand-written backward pass of :func:`forward` + the mean NLL (eqs. 14.3, 14.4).
 
     params: the parameter dict of :func:`forward`. cache: the cache :func:`forward` returned. y:
     (B,) labels. logits: (B, K) the logits :func:`forward` returned. Returns ``{"W1": (D, H),
@@ -211,7 +195,7 @@ def loss_and_grads(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """One forward and one backward pass: (L, gradients) for a batch (eqs. 14.1-14.4)."""
     logits, cache = forward(params, X)
-    return nll_loss(logits, y), backward(params, cache, y, logits)
+    return probability.categorical_nll(logits, y), backward(params, cache, y, logits)
 
 
 def grads_finite_difference(
@@ -223,7 +207,7 @@ def grads_finite_difference(
     eps = positive(eps, "eps")
 
     def loss(p):
-        return float(nll_loss(forward(p, X)[0], y))
+        return float(probability.categorical_nll(forward(p, X)[0], y))
 
     grads = {}
     for name in PARAM_NAMES:
@@ -244,16 +228,6 @@ def grads_finite_difference(
 # --- training -------------------------------------------------------------------------------------
 
 
-def sgd_step(
-    params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], lr: float
-) -> dict[str, torch.Tensor]:
-    """theta <- theta - lr * grad for every parameter; returns a new dict (inputs untouched)."""
-    lr = positive(lr, "lr")
-    for name in PARAM_NAMES:
-        same_shape(grads[name], params[name], (f"grads[{name!r}]", f"params[{name!r}]"))
-    return {name: params[name] - lr * grads[name] for name in PARAM_NAMES}
-
-
 def sgd_epoch(
     params: dict[str, torch.Tensor],
     X: torch.Tensor,
@@ -262,9 +236,10 @@ def sgd_epoch(
     batch_size: int | None = None,
     generator: torch.Generator | None = None,
 ) -> tuple[dict[str, torch.Tensor], float]:
-    """One pass over the data in shuffled minibatches, one SGD step per batch.
+    """One pass over the data in shuffled minibatches, one step of ``optim.sgd_step`` per batch
+    and parameter (the dicts passed in are not modified).
 
-    params, X (N, D), y (N,): as in :func:`forward` and :func:`nll_loss`. lr: the learning rate.
+    params, X (N, D), y (N,): as in :func:`forward`, y the labels. lr: the learning rate.
     batch_size: examples per step; ``None`` means full-batch gradient descent (no shuffle).
     generator: the torch generator that shuffles (seed it for reproducible runs). Returns the new
     parameters and the mean of the minibatch losses over the epoch."""
@@ -280,7 +255,7 @@ def sgd_epoch(
     for start in range(0, N, batch_size):
         idx = order[start : start + batch_size]
         loss, grads = loss_and_grads(params, X[idx], y[idx])
-        params = sgd_step(params, grads, lr)
+        params = {k: optim.sgd_step(params[k], grads[k], lr) for k in PARAM_NAMES}
         total += float(loss) * len(idx)
     return params, total / N
 
@@ -323,7 +298,7 @@ def accuracy(params: dict[str, torch.Tensor], X: torch.Tensor, y: torch.Tensor) 
 # --- depth and expressiveness ---------------------------------------------------------------------
 
 _ACTIVATIONS = {
-    "relu": lambda z: torch.clamp_min(z, 0.0),
+    "relu": activations.relu,
     "tanh": torch.tanh,
     "linear": lambda z: z,
 }

@@ -5,6 +5,10 @@ Shape legend
     (...)  any other axes (batch, sequence, heads), kept as they are
     z      logits, shape (..., K, ...) with K at ``dim``; p = softmax(z), same shape
     y      target: class indices, shape of z without ``dim``; or probabilities, shape of z
+
+float16 and bfloat16 logits are computed in float32 and the result is returned in their dtype,
+as real kernels do: the sum of K terms exp(z_j - m) <= 1 can exceed float16's largest number,
+65504 (for uniform logits as soon as K does, up to rounding), and bfloat16 keeps 8 bits of it.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ __all__ = [
 ]
 
 _REDUCTIONS = ("mean", "sum", "none")
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 def _reduce(loss: torch.Tensor, reduction: str, count=None) -> torch.Tensor:
@@ -45,7 +50,14 @@ def _reduce(loss: torch.Tensor, reduction: str, count=None) -> torch.Tensor:
         return loss
     if reduction == "sum":
         return loss.sum()
+    if count is not None and int(count) == 0:  # the mean of no positions would be NaN
+        raise ValueError("target: every position is ignore_index, nothing to average")
     return loss.sum() / (loss.numel() if count is None else count)
+
+
+def _wide(z: torch.Tensor) -> torch.Tensor:
+    """z in float32 if it is float16 or bfloat16 (its sums of exponentials overflow), else z."""
+    return z.float() if z.dtype in _LOW_PRECISION else z
 
 
 def _shift(z: torch.Tensor, dim: int) -> torch.Tensor:
@@ -69,9 +81,9 @@ def softmax(z: torch.Tensor, dim: int = -1, temperature: float = 1.0) -> torch.T
     """Stable softmax exp(z/T - m) / sum_j exp(z_j/T - m), m = max z/T. Implements eq. 12.1.
 
     z: (..., K, ...); temperature: T > 0. Returns p, same shape (nan for an all -inf slice)."""
-    s = z / positive(temperature, "temperature")
+    s = _wide(z) / positive(temperature, "temperature")  # float16/bfloat16: in float32
     e = torch.exp(s - _shift(s, dim))  # every exponent <= 0
-    return e / e.sum(dim=dim, keepdim=True)
+    return (e / e.sum(dim=dim, keepdim=True)).to(z.dtype)
 
 
 # --- eq. 12.2: log-sum-exp and log-softmax --------------------------------------------------------
@@ -81,8 +93,9 @@ def logsumexp(z: torch.Tensor, dim: int = -1, keepdim: bool = False) -> torch.Te
     """log sum_j exp(z_j) = m + log sum_j exp(z_j - m), m = max z. Implements eq. 12.2.
 
     z: (..., K, ...). Returns log Z, ``dim`` removed unless ``keepdim``."""
-    m = _shift(z, dim)  # (..., 1, ...)
-    out = m + torch.log(torch.exp(z - m).sum(dim=dim, keepdim=True))
+    w = _wide(z)  # float16/bfloat16: in float32
+    m = _shift(w, dim)  # (..., 1, ...)
+    out = (m + torch.log(torch.exp(w - m).sum(dim=dim, keepdim=True))).to(z.dtype)
     return out if keepdim else out.squeeze(dim)
 
 
@@ -90,9 +103,9 @@ def log_softmax(z: torch.Tensor, dim: int = -1, temperature: float = 1.0) -> tor
     """log p = s - m - log sum_j exp(s_j - m), s = z/T, without forming p. Implements eq. 12.2.
 
     z: (..., K, ...); temperature: T > 0. Returns log p, same shape."""
-    s = z / positive(temperature, "temperature")
+    s = _wide(z) / positive(temperature, "temperature")  # float16/bfloat16: in float32
     m = _shift(s, dim)  # (..., 1, ...)
-    return s - m - torch.log(torch.exp(s - m).sum(dim=dim, keepdim=True))
+    return (s - m - torch.log(torch.exp(s - m).sum(dim=dim, keepdim=True))).to(z.dtype)
 
 
 # --- eq. 12.3: the Jacobian -----------------------------------------------------------------------
@@ -156,16 +169,17 @@ def cross_entropy(
     logits: (..., K, ...); target: class indices (logits' shape minus ``dim``) or probabilities
     (logits' shape); label_smoothing: eps in [0, 1]; reduction: "mean" (over non-ignored
     positions), "sum" or "none"; ignore_index: a class index that contributes nothing.
+    float16/bfloat16 logits: computed in float32, the loss returned in their dtype.
     """
-    dim %= float_tensor(logits, "logits", min_ndim=1).ndim
+    dim %= float_tensor(logits, "logits", min_ndim=1, not_empty=True).ndim
     e = probability(label_smoothing, "label_smoothing")
-    logp = log_softmax(logits, dim=dim)  # (..., K, ...)
+    logp = log_softmax(_wide(logits), dim=dim)  # (..., K, ...), float32 for float16/bfloat16
     if target.is_floating_point():
         if ignore_index is not None:
             raise ValueError("ignore_index applies to class-index targets only")
         same_shape(target, logits, ("target", "logits"))
         y = smooth_labels(target, eps=e, dim=dim) if e > 0 else target
-        return _reduce(-(y * logp).sum(dim=dim), reduction)
+        return _reduce(-(y * logp).sum(dim=dim), reduction).to(logits.dtype)
     shape_is(target, "target", logits.shape[:dim] + logits.shape[dim + 1 :])
     keep = (
         torch.ones_like(target, dtype=torch.bool)
@@ -177,7 +191,8 @@ def cross_entropy(
     nll = -logp.gather(dim, safe.unsqueeze(dim)).squeeze(dim)  # (...): -log p_y
     loss = (1 - e) * nll - e * logp.mean(dim=dim) if e > 0 else nll
     loss = torch.where(keep, loss, torch.zeros_like(loss))
-    return _reduce(loss, reduction, count=keep.sum() if ignore_index is not None else None)
+    count = keep.sum() if ignore_index is not None else None
+    return _reduce(loss, reduction, count=count).to(logits.dtype)
 
 
 def cross_entropy_grad(
@@ -194,7 +209,7 @@ def cross_entropy_grad(
     else:
         shape_is(target, "target", logits.shape[:dim] + logits.shape[dim + 1 :])
         y = smooth_labels(target, logits.shape[dim], eps=e, dim=dim, dtype=logits.dtype)
-    return softmax(logits, dim=dim) - y
+    return (softmax(_wide(logits), dim=dim) - y).to(logits.dtype)
 
 
 def z_loss(
@@ -203,6 +218,7 @@ def z_loss(
     """The z-loss lambda (log Z)^2, log Z = logsumexp(z) along ``dim``. Implements eq. 12.5.
 
     logits: (..., K, ...); weight: lambda >= 0. Returns the reduced penalty or one per position."""
+    float_tensor(logits, "logits", min_ndim=1, not_empty=True)  # an empty batch would be NaN
     weight = number(weight, "weight", 0.0)
     return _reduce(weight * logsumexp(logits, dim=dim) ** 2, reduction)
 

@@ -82,8 +82,14 @@ class _Tally:
     def add(self, err: float | None = None, tol: float | None = None) -> None:
         self.count += 1
         if err is not None and tol:
-            if self.worst is None or err / tol > self.worst[0] / self.worst[1]:
+            if self.worst is None or self._key(err, tol) > self._key(*self.worst):
                 self.worst = (err, tol)
+
+    @staticmethod
+    def _key(err: float, tol: float) -> tuple[float, float]:
+        """Order checks by error / tolerance; below the printed floor (1e-3 of the tolerance)
+        the last bits must not decide, so there the largest tolerance wins."""
+        return (max(err / tol, 1e-3), tol)
 
 
 _TALLIES: list[_Tally] = []  # the open conformance blocks, innermost last

@@ -80,12 +80,14 @@ def _is_check(node: ast.stmt, checks: set[str]) -> bool:
         )
     if isinstance(node, ast.Assign) and len(node.targets) == 1:  # x = check(x, "x", ...)
         t, v = node.targets[0], node.value
-        return (
-            isinstance(t, ast.Name)
-            and validation_call(v)
-            and bool(v.args)
-            and isinstance(v.args[0], ast.Name)
-            and v.args[0].id == t.id
+        targets = t.elts if isinstance(t, ast.Tuple) else [t]
+        values = v.elts if isinstance(v, ast.Tuple) else [v]
+        return len(targets) == len(values) and all(
+            isinstance(tg, ast.Name)
+            and validation_call(val)
+            and bool(val.args)
+            and tg.id in {n.id for n in ast.walk(val.args[0]) if isinstance(n, ast.Name)}
+            for tg, val in zip(targets, values, strict=True)
         )
     if isinstance(node, ast.If) and not node.orelse:  # if bad: raise ValueError(...)
         return all(isinstance(b, ast.Raise) for b in node.body)

@@ -3,22 +3,99 @@
 The references are independent of the reader's answer and of :mod:`mlbook.foundations.hypothesis`:
 ``scipy.stats.binomtest(...).proportion_ci()`` (Clopper–Pearson) for the zero-failure bound, the
 Wilson equation solved by ``scipy.optimize.brentq``, the variance of the paired difference by
-enumerating its three values, McNemar's exact test rebuilt from ``scipy.stats.binom``, and
-simulations of benchmarks with NumPy, judged within four standard errors.
+enumerating its three values, McNemar's exact test rebuilt from ``scipy.stats.binom``, the exact
+probability of a "significant" look by dynamic programming over binomial counts, the sign-flip
+null by enumerating every sign vector, binomial sums from ``scipy.stats.binom.cdf``, and
+simulations with NumPy, judged within four standard errors or more, as stated. Each typical wrong
+answer is written once, as a function: the checks compute its value to name the mistake, and
+``MISTAKES`` lists it for the tests.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 
 import numpy as np
 from scipy import optimize, stats
 
-from . import as_tensor, attempt, exercise, expect, expect_answer
+from ..check import fmt
+from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer
 from . import reference_answer as _ref
 
 Z975 = float(stats.norm.ppf(0.975))
+
+
+# --- 8.1 · zero failures ------------------------------------------------------------------------
+
+
+def upper_wald(n, alpha):
+    return 0.0
+
+
+def upper_rule_of_three(n, alpha):
+    return 3 / n
+
+
+def upper_log_alpha(n, alpha):
+    return -math.log(alpha) / n
+
+
+def upper_without_one_minus(n, alpha):
+    return alpha ** (1 / n)
+
+
+def upper_one_minus_alpha(n, alpha):
+    return 1 - (1 - alpha) ** (1 / n)
+
+
+def upper_two_sided(n, alpha):
+    return 1 - (alpha / 2) ** (1 / n)
+
+
+_UPPER_MISTAKES = [
+    (upper_wald, "that is the Wald interval's end, which collapses to 0 when no event is seen"),
+    (
+        upper_rule_of_three,
+        "that is the rule of three 3/N, an approximation; solve (1 - p)^N = alpha exactly",
+    ),
+    (
+        upper_log_alpha,
+        "that is the approximation -ln(alpha) / N (the rule of three at alpha = 0.05); solve "
+        "(1 - p)^N = alpha exactly",
+    ),
+    (upper_without_one_minus, "that is 1 - p_u: the bound solves (1 - p)^N = alpha for p"),
+    (upper_one_minus_alpha, "P(K = 0) = (1 - p)^N must stay at least alpha, not 1 - alpha"),
+    (
+        upper_two_sided,
+        "that is the two-sided bound, alpha / 2 in each tail; the question is one-sided",
+    ),
+]
+
+
+def wilson_without_z2(n, z):
+    return z**2 / n
+
+
+def wilson_z_not_squared(n, z):
+    return z / (n + z)
+
+
+def wilson_centre(n, z):
+    return z**2 / 2 / (n + z**2)
+
+
+def wilson_wald(n, z):
+    return 0.0
+
+
+_WILSON_MISTAKES = [
+    (wilson_without_z2, "the + z^2 in the denominator is missing: the end is z^2 / (N + z^2)"),
+    (wilson_z_not_squared, "z must be squared: p^2 <= z^2 p (1 - p) / N"),
+    (wilson_centre, "that is the centre of the Wilson interval, not its upper end"),
+    (wilson_wald, "that is the Wald interval's end, which collapses to 0 at p_hat = 0"),
+]
 
 
 @exercise("8.1", "zero_failure_upper_bound", "wilson_upper_at_zero")
@@ -26,24 +103,11 @@ def zero_failures(upper, wilson) -> str:
     """The exact bound against SciPy's Clopper–Pearson; Wilson's end against a root finder."""
     for n in (300, 10, 1, 5000):
         for alpha in (0.05, 0.01):
-            want = stats.binomtest(0, n, alternative="less").proportion_ci(1 - alpha).high
             expect_answer(
                 attempt(upper, n, alpha),
-                want,
+                stats.binomtest(0, n, alternative="less").proportion_ci(1 - alpha).high,
                 f"zero_failure_upper_bound({n}, {alpha})",
-                wrong={
-                    "that is the Wald interval's end, which collapses to 0 when no event is "
-                    "seen": 0.0,
-                    "that is the rule of three 3/N, an approximation; solve (1 - p)^N = alpha "
-                    "exactly": 3 / n,
-                    "that is the approximation -ln(alpha) / N (the rule of three at alpha = 0.05);"
-                    " solve (1 - p)^N = alpha exactly": -math.log(alpha) / n,
-                    "that is 1 - p_u: the bound solves (1 - p)^N = alpha for p": alpha ** (1 / n),
-                    "P(K = 0) = (1 - p)^N must stay at least alpha, not 1 - alpha": 1
-                    - (1 - alpha) ** (1 / n),
-                    "that is the two-sided bound, alpha / 2 in each tail; the question is "
-                    "one-sided": 1 - (alpha / 2) ** (1 / n),
-                },
+                wrong={fb: m(n, alpha) for m, fb in _UPPER_MISTAKES},
                 atol=1e-12,
                 rtol=1e-9,
             )
@@ -64,14 +128,7 @@ def zero_failures(upper, wilson) -> str:
                 attempt(wilson, n, z),
                 want,
                 f"wilson_upper_at_zero({n}, {z:.4g})",
-                wrong={
-                    "the + z^2 in the denominator is missing: the end is z^2 / (N + z^2)": z**2 / n,
-                    "z must be squared: p^2 <= z^2 p (1 - p) / N": z / (n + z),
-                    "that is the centre of the Wilson interval, not its upper end": z**2
-                    / 2
-                    / (n + z**2),
-                    "that is the Wald interval's end, which collapses to 0 at p_hat = 0": 0.0,
-                },
+                wrong={fb: m(n, z) for m, fb in _WILSON_MISTAKES},
                 atol=1e-12,
                 rtol=1e-9,
             )
@@ -82,16 +139,89 @@ def zero_failures(upper, wilson) -> str:
     )
 
 
+# --- 8.2 · the size of a paired benchmark -----------------------------------------------------
+
+_D_VALUES = np.array([0.0, 1.0, -1.0, 0.0])  # a - b in the four cells
+_A_VALUES, _B_VALUES = np.array([1.0, 1.0, 0.0, 0.0]), np.array([1.0, 0.0, 1.0, 0.0])
+
+
 def _variance(values: np.ndarray, probs: np.ndarray) -> float:
     mean = float(probs @ values)
     return float(probs @ (values - mean) ** 2)
 
 
+def _var_independent(pi: np.ndarray) -> float:
+    return _variance(_A_VALUES, pi) + _variance(_B_VALUES, pi)
+
+
+def paired_without_delta(pi, h, z):
+    return math.ceil(z**2 * (pi[1] + pi[2]) / h**2)
+
+
+def paired_ignores_pairing(pi, h, z):
+    return math.ceil(z**2 * _var_independent(pi) / h**2)
+
+
+def paired_rounded_down(pi, h, z):
+    return math.floor(z**2 * _variance(_D_VALUES, pi) / h**2)
+
+
+def paired_bernoulli(pi, h, z):
+    delta = pi[1] - pi[2]
+    return math.ceil(z**2 * delta * (1 - delta) / h**2)
+
+
+def paired_unsquared(pi, h, z):
+    return math.ceil(z * _variance(_D_VALUES, pi) / h)
+
+
+_PAIRED_MISTAKES = [
+    (paired_without_delta, "E[d^2] = pi_d is not the variance of d: subtract delta^2"),
+    (
+        paired_ignores_pairing,
+        "that ignores the pairing: Var[d] = pi_d - delta^2, not the sum of the two accuracies' "
+        "variances",
+    ),
+    (paired_rounded_down, "round up: the smallest N whose half-width is at most h"),
+    (
+        paired_bernoulli,
+        "d takes the values -1, 0, 1, so Var[d] = pi_d - delta^2, not delta (1 - delta)",
+    ),
+    (paired_unsquared, "z and h enter squared: N = z^2 Var[d] / h^2"),
+]
+
+
+def independent_as_paired(pi, h, z):
+    return math.ceil(z**2 * _variance(_D_VALUES, pi) / h**2)
+
+
+def independent_averaged(pi, h, z):
+    return math.ceil(z**2 * _var_independent(pi) / 2 / h**2)
+
+
+def independent_rounded_down(pi, h, z):
+    return math.floor(z**2 * _var_independent(pi) / h**2)
+
+
+def independent_one_model(pi, h, z):
+    return math.ceil(z**2 * _variance(_A_VALUES, pi) / h**2)
+
+
+_INDEPENDENT_MISTAKES = [
+    (
+        independent_as_paired,
+        "two independent test sets do not share their noise: use the variances of the two "
+        "accuracies, not Var[d]",
+    ),
+    (independent_averaged, "the variances of the two accuracies add; do not average them"),
+    (independent_rounded_down, "round up: the smallest N whose half-width is at most h"),
+    (independent_one_model, "model B's accuracy has its own variance p_B (1 - p_B); add it"),
+]
+
+
 @exercise("8.2", "paired_sample_size", "independent_sample_size")
 def paired_sample_size(paired, independent) -> str:
     """Sample sizes from the enumerated variances; 4,000 simulated benchmarks of the paired size."""
-    d_vals = np.array([0.0, 1.0, -1.0, 0.0])  # a - b in the four cells
-    a_vals, b_vals = np.array([1.0, 1.0, 0.0, 0.0]), np.array([1.0, 0.0, 1.0, 0.0])
     cases = [
         (np.array([0.70, 0.12, 0.08, 0.10]), 0.01, Z975),
         (np.array([0.50, 0.20, 0.20, 0.10]), 0.02, 1.96),
@@ -99,52 +229,19 @@ def paired_sample_size(paired, independent) -> str:
         (np.array([0.30, 0.30, 0.10, 0.30]), 0.03, 1.6448536269514722),
     ]
     for pi, h, z in cases:
-        var_d = _variance(d_vals, pi)
-        var_ab = _variance(a_vals, pi) + _variance(b_vals, pi)
-        pi_d, delta = pi[1] + pi[2], pi[1] - pi[2]
-        want = math.ceil(z**2 * var_d / h**2)
         what = f"paired_sample_size(pi = {pi.tolist()}, h = {h}, z = {z:.4g})"
-        expect_answer(
-            attempt(paired, pi.copy(), h, z),
-            want,
-            what,
-            wrong={
-                "E[d^2] = pi_d is not the variance of d: subtract delta^2": math.ceil(
-                    z**2 * pi_d / h**2
-                ),
-                "that ignores the pairing: Var[d] = pi_d - delta^2, not the sum of the two "
-                "accuracies' variances": math.ceil(z**2 * var_ab / h**2),
-                "round up: the smallest N whose half-width is at most h": math.floor(
-                    z**2 * var_d / h**2
-                ),
-                "d takes the values -1, 0, 1, so Var[d] = pi_d - delta^2, not delta (1 - "
-                "delta)": math.ceil(z**2 * delta * (1 - delta) / h**2),
-                "z and h enter squared: N = z^2 Var[d] / h^2": math.ceil(z * var_d / h),
-            },
-            atol=0,
-            rtol=0,
-        )
-        want_ind = math.ceil(z**2 * var_ab / h**2)
-        expect_answer(
-            attempt(independent, pi.copy(), h, z),
-            want_ind,
-            what.replace("paired_sample_size", "independent_sample_size"),
-            wrong={
-                "two independent test sets do not share their noise: use the variances of the "
-                "two accuracies, not Var[d]": want,
-                "the variances of the two accuracies add; do not average them": math.ceil(
-                    z**2 * var_ab / 2 / h**2
-                ),
-                "round up: the smallest N whose half-width is at most h": math.floor(
-                    z**2 * var_ab / h**2
-                ),
-                "model B's accuracy has its own variance p_B (1 - p_B); add it": math.ceil(
-                    z**2 * _variance(a_vals, pi) / h**2
-                ),
-            },
-            atol=0,
-            rtol=0,
-        )
+        for fn, name, var, mistakes in (
+            (paired, "paired_sample_size", _variance(_D_VALUES, pi), _PAIRED_MISTAKES),
+            (independent, "independent_sample_size", _var_independent(pi), _INDEPENDENT_MISTAKES),
+        ):
+            expect_answer(
+                attempt(fn, pi.copy(), h, z),
+                math.ceil(z**2 * var / h**2),
+                what.replace("paired_sample_size", name),
+                wrong={fb: m(pi, h, z) for m, fb in mistakes},
+                atol=0,
+                rtol=0,
+            )
     pi, h, _ = cases[0]
     n = int(attempt(paired, pi.copy(), h, Z975))
     rng = np.random.default_rng(82)
@@ -161,6 +258,9 @@ def paired_sample_size(paired, independent) -> str:
         "cases; 4,000 simulated benchmarks of the paired size land within h about 95 % of "
         "the time"
     )
+
+
+# --- 8.3 · the size of McNemar's exact test, one and many --------------------------------------
 
 
 @functools.lru_cache(maxsize=8)
@@ -185,12 +285,87 @@ def _size(n: int, pi_disc: float, reject) -> float:
     """Sum of P(D) P(n10 | D) over the (D, n10) where reject(p, d, j) holds."""
     d = np.arange(n + 1)[:, None]
     j = np.arange(n + 1)[None, :]
-    hit = (j <= d) & reject(_pvalues(n), d, j)
+    with np.errstate(invalid="ignore"):  # nan p-values where j > d are masked out
+        hit = (j <= d) & reject(_pvalues(n), d, j)
     return float((_weights(n, pi_disc) * hit).sum())
 
 
 def _exact_size(n: int, pi_disc: float, alpha: float) -> float:
     return _size(n, pi_disc, lambda p, d, j: p <= alpha)
+
+
+def size_nominal(n, pi_disc, alpha):
+    return alpha
+
+
+def size_normal_approximation(n, pi_disc, alpha):
+    z = float(stats.norm.ppf(1 - alpha / 2))
+    return _size(n, pi_disc, lambda p, d, j: (d > 0) & (np.abs(2 * j - d) >= z * np.sqrt(d)))
+
+
+def size_one_sided(n, pi_disc, alpha):
+    return _size(n, pi_disc, lambda p, d, j: p / 2 <= alpha)
+
+
+def size_fixed_d(n, pi_disc, alpha):
+    d = round(n * pi_disc)
+    row = _pvalues(n)[d, : d + 1]  # p-values given D = n pi_disc
+    return float(stats.binom.pmf(np.arange(d + 1), d, 0.5)[row <= alpha].sum())
+
+
+_SIZE_MISTAKES = [
+    (
+        size_nominal,
+        "the exact test is discrete: its size is below alpha; sum P(D) P(n10 | D) over the "
+        "outcomes it rejects",
+    ),
+    (
+        size_normal_approximation,
+        "that is the size of the normal-approximation test; use the exact p-values",
+    ),
+    (size_one_sided, "the p-value is two-sided: double the smaller tail"),
+    (size_fixed_d, "D is random: average over D ~ Binomial(n, pi_disc), not fix D = n pi_disc"),
+]
+
+
+def _level(alpha, m, bonferroni):
+    return alpha / m if bonferroni else alpha
+
+
+def familywise_union_bound(n, pi_disc, alpha, m, bonferroni):
+    return m * _exact_size(n, pi_disc, _level(alpha, m, bonferroni))
+
+
+def familywise_nominal(n, pi_disc, alpha, m, bonferroni):
+    return 1 - (1 - _level(alpha, m, bonferroni)) ** m
+
+
+def familywise_one_test(n, pi_disc, alpha, m, bonferroni):
+    return _exact_size(n, pi_disc, _level(alpha, m, bonferroni))
+
+
+def familywise_all_reject(n, pi_disc, alpha, m, bonferroni):
+    return _exact_size(n, pi_disc, _level(alpha, m, bonferroni)) ** m
+
+
+def familywise_without_bonferroni(n, pi_disc, alpha, m, bonferroni):
+    return 1 - (1 - _exact_size(n, pi_disc, alpha)) ** m
+
+
+_FAMILY_MISTAKES = [
+    (
+        familywise_union_bound,
+        "the union bound m alpha' is only an upper bound; the tests are independent, so "
+        "P(none rejects) = (1 - alpha')^m",
+    ),
+    (familywise_nominal, "use the exact size alpha' of one test, not the nominal level"),
+    (
+        familywise_one_test,
+        "that is the error of one test; the family errs when any of the m tests rejects",
+    ),
+    (familywise_all_reject, "that is the probability that all m tests reject"),
+    (familywise_without_bonferroni, "with Bonferroni each test runs at alpha / m"),
+]
 
 
 @exercise("8.3", "mcnemar_size", "familywise_error")
@@ -203,27 +378,11 @@ def mcnemar_family(size, familywise) -> str:
         (20, 0.5, 0.05),
         (1, 0.5, 0.05),
     ]:
-        want = _exact_size(n, pi_disc, alpha)
-        z = float(stats.norm.ppf(1 - alpha / 2))
-        d_mid = round(n * pi_disc)
-        row = _pvalues(n)[d_mid, : d_mid + 1]  # p-values given D = n pi
-        fixed_d = float(stats.binom.pmf(np.arange(d_mid + 1), d_mid, 0.5)[row <= alpha].sum())
-        wrong = {
-            "the exact test is discrete: its size is below alpha; sum P(D) P(n10 | D) over the "
-            "outcomes it rejects": alpha,
-            "that is the size of the normal-approximation test; use the exact p-values": _size(
-                n, pi_disc, lambda p, d, j, z=z: (d > 0) & (np.abs(2 * j - d) >= z * np.sqrt(d))
-            ),
-            "the p-value is two-sided: double the smaller tail": _size(
-                n, pi_disc, lambda p, d, j, a=alpha: p / 2 <= a
-            ),
-            "D is random: average over D ~ Binomial(n, pi_disc), not fix D = n pi_disc": fixed_d,
-        }
         expect_answer(
             attempt(size, n, pi_disc, alpha),
-            want,
+            _exact_size(n, pi_disc, alpha),
             f"mcnemar_size({n}, {pi_disc}, {alpha})",
-            wrong=wrong,
+            wrong={fb: m(n, pi_disc, alpha) for m, fb in _SIZE_MISTAKES},
             atol=1e-10,
             rtol=1e-8,
         )
@@ -234,25 +393,12 @@ def mcnemar_family(size, familywise) -> str:
         (60, 0.3, 0.1, 3, False),
         (100, 0.1, 0.05, 5, True),
     ]:
-        level = alpha / m if bonf else alpha
-        one = _exact_size(n, pi_disc, level)
-        want = 1 - (1 - one) ** m
-        wrong = {
-            "the union bound m alpha' is only an upper bound; the tests are independent, so "
-            "P(none rejects) = (1 - alpha')^m": m * one,
-            "use the exact size alpha' of one test, not the nominal level": 1 - (1 - level) ** m,
-            "that is the error of one test; the family errs when any of the m tests rejects": one,
-            "that is the probability that all m tests reject": one**m,
-        }
-        if bonf:
-            wrong["with Bonferroni each test runs at alpha / m"] = (
-                1 - (1 - _exact_size(n, pi_disc, alpha)) ** m
-            )
+        want = 1 - (1 - _exact_size(n, pi_disc, _level(alpha, m, bonf))) ** m
         family[n] = expect_answer(
             attempt(familywise, n, pi_disc, alpha, m, bonf),
             want,
             f"familywise_error({n}, {pi_disc}, {alpha}, {m}, bonferroni={bonf})",
-            wrong=wrong,
+            wrong={fb: mk(n, pi_disc, alpha, m, bonf) for mk, fb in _FAMILY_MISTAKES},
             atol=1e-10,
             rtol=1e-8,
         )
@@ -276,166 +422,296 @@ def mcnemar_family(size, familywise) -> str:
     )
 
 
-# Typical wrong answers (one place: the tests build each and check that it is rejected with
-# its feedback) ---------------------------------------------------------------------
+# --- 8.4 · Predict: peeking at the p-value -------------------------------------------------------
+
+_LOOK_EVERY, _MAX_ITEMS, _ALPHA, _STOP_TOL = 50, 1000, 0.05, 0.05
 
 
-ref_upper = _ref("8.1", "zero_failure_upper_bound")
-ref_wilson = _ref("8.1", "wilson_upper_at_zero")
+def _two_sided_sign_p(k: np.ndarray, n: int) -> np.ndarray:
+    """Exact two-sided sign-test (McNemar) p-value of k wins in n discordant items."""
+    return np.minimum(1.0, 2 * stats.binom.cdf(np.minimum(k, n - k), n, 0.5))
 
 
-def upper_rule_of_three(n, alpha):
-    return 3 / n
+def _optional_stopping() -> tuple[float, float]:
+    """P(some look has p <= alpha) under H0: exactly, by carrying the distribution of A's wins
+    from look to look and removing the paths that stopped; and over 20,000 simulated
+    evaluators."""
+    looks = _MAX_ITEMS // _LOOK_EVERY
+    block = stats.binom.pmf(np.arange(_LOOK_EVERY + 1), _LOOK_EVERY, 0.5)
+    wins = np.zeros(_MAX_ITEMS + 1)
+    wins[0] = 1.0  # P(A has won k of the items so far, and no look has stopped)
+    stopped = 0.0
+    k = np.arange(_MAX_ITEMS + 1)
+    for look in range(1, looks + 1):
+        wins = np.convolve(wins, block)[: _MAX_ITEMS + 1]
+        n = look * _LOOK_EVERY
+        stop = (k <= n) & (_two_sided_sign_p(np.minimum(k, n), n) <= _ALPHA)
+        stopped += float(wins[stop].sum())
+        wins[stop] = 0.0
+    rng = np.random.default_rng(84)
+    paths = rng.binomial(_LOOK_EVERY, 0.5, size=(20_000, looks)).cumsum(axis=1)  # (reps, looks)
+    sizes = _LOOK_EVERY * np.arange(1, looks + 1)
+    simulated = float((_two_sided_sign_p(paths, sizes) <= _ALPHA).any(axis=1).mean())
+    return stopped, simulated
 
 
-def upper_log_alpha(n, alpha):
-    return -math.log(alpha) / n
+@exercise("8.4", "predict_peeking")
+def predict_peeking(answer) -> str:
+    """The guess against the exact probability (dynamic programming) and 20,000 simulations."""
+    guess = as_tensor(attempt(answer), "predict_peeking()")
+    expect(guess.numel() == 1, "predict_peeking() should return one number, a probability")
+    g = float(guess.reshape(()))
+    expect(0.0 <= g <= 1.0, f"predict_peeking() should return a probability, got {fmt(g)}")
+    exact, simulated = _optional_stopping()
+    looks = _MAX_ITEMS // _LOOK_EVERY
+    independent = 1 - (1 - _ALPHA) ** looks
+    reveal = (
+        f"under H0 some look is 'significant' with probability {exact:.3f} (exact; "
+        f"{simulated:.3f} over 20,000 simulated evaluators), {exact / _ALPHA:.1f} times the "
+        f"5 % of a single test, and below 1 - 0.95^{looks} = {independent:.2f}, the value for "
+        f"{looks} independent tests"
+    )
+    if abs(g - exact) <= _STOP_TOL:
+        return f"your guess {fmt(g, 3)} is within {_STOP_TOL}: {reveal}"
+    if g <= _ALPHA + 0.02:
+        raise Incorrect(
+            f"your guess {fmt(g, 3)} is the level of one test: {reveal}. Each look is a new "
+            f"chance to cross the threshold, and stopping at the first crossing keeps it"
+        )
+    if g >= independent - 0.1:
+        raise Incorrect(
+            f"your guess {fmt(g, 3)} treats the {looks} looks as independent tests: {reveal}. "
+            f"Each look reuses the items of the earlier ones, so the p-values are strongly "
+            f"correlated"
+        )
+    raise Incorrect(f"your guess {fmt(g, 3)} is off by more than {_STOP_TOL}: {reveal}")
 
 
-def upper_without_one_minus(n, alpha):
-    return alpha ** (1 / n)
+def guess_single_test():
+    return 0.05
 
 
-def upper_one_minus_alpha(n, alpha):
-    return 1 - (1 - alpha) ** (1 / n)
+def guess_independent_looks():
+    return 0.64
 
 
-def upper_two_sided(n, alpha):
-    return 1 - (alpha / 2) ** (1 / n)
+# --- 8.5 · Implement: the sign-flip permutation test ---------------------------------------------
+
+_FLIPS = 20_000
+_MISTAKE_FLIPS = 100_000  # resamples of a typical wrong answer, to name it by its value
+_FLIP_Z = 4.5
 
 
-def upper_wald(n, alpha):
-    return 0.0
+def sign_flip_one_sided(a, b, n_resamples, rng):
+    d = a - b
+    signs = 2.0 * rng.integers(0, 2, size=(n_resamples, d.size)) - 1.0
+    return float(np.mean((signs * d).mean(axis=1) >= d.mean() * (1 - 1e-9)))
 
 
-def wilson_without_z2(n, z):
-    return z**2 / n
+def sign_flip_strict(a, b, n_resamples, rng):
+    d = a - b
+    signs = 2.0 * rng.integers(0, 2, size=(n_resamples, d.size)) - 1.0
+    return float(np.mean(np.abs((signs * d).mean(axis=1)) > abs(d.mean()) * (1 + 1e-9)))
 
 
-def wilson_centre(n, z):
-    return z**2 / 2 / (n + z**2)
+def sign_flip_unpaired(a, b, n_resamples, rng):
+    pooled = np.concatenate([a, b])
+    perm = rng.permuted(np.broadcast_to(pooled, (n_resamples, pooled.size)), axis=1)
+    null = perm[:, : a.size].mean(axis=1) - perm[:, a.size :].mean(axis=1)
+    return float(np.mean(np.abs(null) >= abs(a.mean() - b.mean()) * (1 - 1e-9)))
 
 
-def wilson_z_not_squared(n, z):
-    return z / (n + z)
+def sign_flip_one_sign_per_resample(a, b, n_resamples, rng):
+    d = a - b
+    signs = 2.0 * rng.integers(0, 2, size=(n_resamples, 1)) - 1.0  # the same sign for every item
+    return float(np.mean(np.abs((signs * d).mean(axis=1)) >= abs(d.mean()) * (1 - 1e-9)))
 
 
-ref_paired = _ref("8.2", "paired_sample_size")
-ref_independent = _ref("8.2", "independent_sample_size")
+_FLIP_MISTAKES = [
+    (
+        sign_flip_one_sided,
+        "that is one-sided, P(T >= T_obs); the two-sided p-value counts |T| >= |T_obs|",
+    ),
+    (
+        sign_flip_strict,
+        "count the sign flips with |T| >= |T_obs|, ties included: with 0/1 outcomes many flips "
+        "tie the observed statistic exactly",
+    ),
+    (
+        sign_flip_unpaired,
+        "that shuffles the pooled outcomes of both models, the unpaired permutation test; "
+        "flip the sign of each item's difference d_i = a_i - b_i instead",
+    ),
+    (
+        sign_flip_one_sign_per_resample,
+        "draw one random sign per item, shape (n_resamples, N), not one per resample",
+    ),
+]
 
 
-def paired_without_delta(pi, h, z):
-    return math.ceil(z**2 * (pi[1] + pi[2]) / h**2)
+def _flip_cases() -> list[tuple[str, np.ndarray, np.ndarray, float]]:
+    """(what, a, b, exact two-sided p-value) for three paired samples."""
+    rng = np.random.default_rng(85)
+    a = rng.normal(0.6, 0.2, 10)  # scores in [0, 1]-ish, e.g. per-item BLEU or log-likelihoods
+    b = a - rng.normal(0.1, 0.15, 10)
+    d = a - b
+    signs = np.array(list(itertools.product([-1.0, 1.0], repeat=d.size)))  # (1024, 10)
+    exact_cont = float(np.mean(np.abs(signs @ d) >= abs(d.sum()) * (1 - 1e-9)))
+    n10, n01, same = 9, 1, 190  # few discordant items: many flips tie the observed statistic
+    a01 = np.r_[np.ones(n10), np.zeros(n01), np.ones(same // 2), np.zeros(same - same // 2)]
+    b01 = np.r_[np.zeros(n10), np.ones(n01), np.ones(same // 2), np.zeros(same - same // 2)]
+    exact_01 = float(stats.binomtest(n10, n10 + n01, 0.5).pvalue)  # McNemar's exact test
+    tie = rng.integers(0, 2, 40).astype(float)
+    return [
+        ("10 real-valued paired scores", a, b, exact_cont),
+        ("200 paired 0/1 outcomes, n10 = 9, n01 = 1", a01, b01, exact_01),
+        ("two identical models", tie, tie.copy(), 1.0),
+    ]
 
 
-def paired_rounded_down(pi, h, z):
-    return math.floor(z**2 * ((pi[1] + pi[2]) - (pi[1] - pi[2]) ** 2) / h**2)
+@functools.lru_cache(maxsize=64)
+def _mistake_value(case: int, index: int) -> float:
+    _, a, b, _ = _flip_cases()[case]
+    mistake = _FLIP_MISTAKES[index][0]
+    return mistake(a, b, _MISTAKE_FLIPS, np.random.default_rng(850 + case))
 
 
-def paired_bernoulli(pi, h, z):
-    delta = pi[1] - pi[2]
-    return math.ceil(z**2 * delta * (1 - delta) / h**2)
-
-
-def paired_unsquared(pi, h, z):
-    return math.ceil(z * ((pi[1] + pi[2]) - (pi[1] - pi[2]) ** 2) / h)
-
-
-def independent_as_paired(pi, h, z):
-    return ref_paired(pi, h, z)
-
-
-def independent_averaged(pi, h, z):
-    p_a, p_b = pi[0] + pi[1], pi[0] + pi[2]
-    return math.ceil(z**2 * (p_a * (1 - p_a) + p_b * (1 - p_b)) / 2 / h**2)
-
-
-def independent_one_model(pi, h, z):
-    p_a = pi[0] + pi[1]
-    return math.ceil(z**2 * p_a * (1 - p_a) / h**2)
-
-
-ref_size = _ref("8.3", "mcnemar_size")
-ref_familywise = _ref("8.3", "familywise_error")
-
-
-def size_nominal(n, pi_disc, alpha):
-    return alpha
-
-
-def _size_by_rule(n, pi_disc, reject):
-    total = 0.0
-    for d in range(1, n + 1):
-        n10 = np.arange(d + 1)
-        total += stats.binom.pmf(d, n, pi_disc) * stats.binom.pmf(n10, d, 0.5)[reject(n10, d)].sum()
-    return total
-
-
-def size_normal_approximation(n, pi_disc, alpha):
-    z = stats.norm.ppf(1 - alpha / 2)
-    return _size_by_rule(n, pi_disc, lambda n10, d: np.abs(2 * n10 - d) >= z * math.sqrt(d))
-
-
-def size_one_sided(n, pi_disc, alpha):
-    return _size_by_rule(
-        n, pi_disc, lambda n10, d: stats.binom.cdf(np.minimum(n10, d - n10), d, 0.5) <= alpha
+@exercise("8.5", "sign_flip_p")
+def sign_flip_p(answer) -> str:
+    """The Monte Carlo p-value against exact enumeration of all sign flips and McNemar's test."""
+    for i, (what, a, b, exact) in enumerate(_flip_cases()):
+        label = f"sign_flip_p(a, b, {_FLIPS}, rng) for {what}"
+        got = as_tensor(
+            attempt(answer, a.copy(), b.copy(), _FLIPS, np.random.default_rng(8)), label
+        )
+        expect(got.numel() == 1, f"{label} should return one number, the p-value")
+        again = attempt(answer, a.copy(), b.copy(), _FLIPS, np.random.default_rng(8))
+        p = float(got.reshape(()))
+        expect(
+            p == float(as_tensor(again, label).reshape(())),
+            f"{label} gives different p-values for the same generator state: take all "
+            f"randomness from `rng`",
+        )
+        se = math.sqrt(exact * (1 - exact) / _FLIPS)
+        if abs(p - exact) <= _FLIP_Z * se + 1 / _FLIPS:
+            continue
+        for j, (_, feedback) in enumerate(_FLIP_MISTAKES):
+            q = _mistake_value(i, j)
+            se_q = math.sqrt(q * (1 - q) / _FLIPS + q * (1 - q) / _MISTAKE_FLIPS)
+            if abs(p - q) <= _FLIP_Z * se_q + 1 / _FLIPS and abs(q - exact) > _FLIP_Z * se:
+                raise Incorrect(f"{label}: {feedback}")
+        raise Incorrect(
+            f"{label} is {fmt(p)}, but the exact two-sided p-value is {fmt(exact)} (more than "
+            f"{_FLIP_Z} Monte Carlo standard errors away)"
+        )
+    return (
+        f"within {_FLIP_Z} Monte Carlo standard errors of the exact p-value for 10 real-valued "
+        f"paired scores (all 1,024 sign vectors), of McNemar's exact test for 200 paired 0/1 "
+        f"outcomes, and exactly 1 for two identical models"
     )
 
 
-def size_fixed_d(n, pi_disc, alpha):
-    d = round(n * pi_disc)
-    n10 = np.arange(d + 1)
-    p = np.minimum(1.0, 2 * stats.binom.cdf(np.minimum(n10, d - n10), d, 0.5))
-    return stats.binom.pmf(n10, d, 0.5)[p <= alpha].sum()
+# --- 8.6 · Explore: where the sample-size rule keeps its promise ---------------------------------
 
 
-def familywise_union_bound(n, pi_disc, alpha, m, bonferroni):
-    return m * ref_size(n, pi_disc, alpha / m if bonferroni else alpha)
+def _margin_reference(p: float, h: float, n_max: int) -> np.ndarray:
+    """P(|K/N - p| <= h), K ~ Binomial(N, p), N = 1..n_max, as a difference of binomial CDFs."""
+    n = np.arange(1, n_max + 1)
+    hi = np.floor(n * (p + h) + 1e-9)
+    lo = np.ceil(n * (p - h) - 1e-9)
+    return stats.binom.cdf(hi, n, p) - stats.binom.cdf(lo - 1, n, p)
 
 
-def familywise_nominal(n, pi_disc, alpha, m, bonferroni):
-    level = alpha / m if bonferroni else alpha
-    return 1 - (1 - level) ** m
+def margin_strict(p, h, n_max):
+    n = np.arange(1, n_max + 1)
+    hi = np.ceil(n * (p + h) - 1e-9) - 1
+    lo = np.floor(n * (p - h) + 1e-9) + 1
+    return stats.binom.cdf(hi, n, p) - stats.binom.cdf(lo - 1, n, p)
 
 
-def familywise_one_test(n, pi_disc, alpha, m, bonferroni):
-    return ref_size(n, pi_disc, alpha / m if bonferroni else alpha)
+def margin_normal(p, h, n_max):
+    n = np.arange(1, n_max + 1)
+    return 2 * stats.norm.cdf(h * np.sqrt(n / (p * (1 - p)))) - 1
 
 
-def familywise_without_bonferroni(n, pi_disc, alpha, m, bonferroni):
-    return 1 - (1 - ref_size(n, pi_disc, alpha)) ** m
+def margin_one_sided(p, h, n_max):
+    n = np.arange(1, n_max + 1)
+    return stats.binom.cdf(np.floor(n * (p + h) + 1e-9), n, p)
 
+
+_MARGIN_MISTAKES = [
+    (
+        margin_strict,
+        "the window excludes its ends: the promise is |p_hat - p| <= h, ends included",
+    ),
+    (
+        margin_normal,
+        "that is the normal approximation 2 Phi(h sqrt(N / (p (1 - p)))) - 1; sum the "
+        "binomial probabilities of the K inside the window",
+    ),
+    (
+        margin_one_sided,
+        "that counts only K / N <= p + h; the window has two sides, |K / N - p| <= h",
+    ),
+]
+
+_MARGIN_CASES = [(0.5, 0.05, 800), (0.99, 0.05, 100), (0.95, 0.02, 1000), (0.8, 0.02, 2500)]
+
+
+def _rule(p: float, h: float) -> int:
+    return math.ceil(Z975**2 * p * (1 - p) / h**2 - 1e-9)
+
+
+@exercise("8.6", "margin_curve")
+def margin_curve(answer) -> str:
+    """The curve of P(|K/N - p| <= h) against binomial CDF sums for 4 (p, h), N = 1..n_max."""
+    summary = []
+    for p, h, n_max in _MARGIN_CASES:
+        want = _margin_reference(p, h, n_max)
+        expect_answer(
+            attempt(answer, p, h, n_max),
+            want,
+            f"margin_curve({p}, {h}, {n_max}) (entry N - 1 is the probability at N items)",
+            wrong={fb: m(p, h, n_max) for m, fb in _MARGIN_MISTAKES},
+            atol=1e-9,
+        )
+        ok = want >= 0.95
+        first = int(np.argmax(ok)) + 1
+        stays = int(np.flatnonzero(~ok)[-1]) + 2 if (~ok).any() else 1
+        summary.append(f"p = {p}, h = {h}: {_rule(p, h)}, {first}, {stays}")
+    return (
+        "your curves match the exact binomial sums for 4 (p, h). The rule's N, the first N "
+        "whose curve reaches 0.95 and the N from which it stays there: " + "; ".join(summary)
+    )
+
+
+# Typical wrong answers (one place: the checks above compute their values to name the mistake,
+# and the tests build each and check that it is rejected with its feedback) ------------------
+
+ref_upper = _ref("8.1", "zero_failure_upper_bound")
+ref_wilson = _ref("8.1", "wilson_upper_at_zero")
+ref_paired = _ref("8.2", "paired_sample_size")
+ref_independent = _ref("8.2", "independent_sample_size")
+ref_size = _ref("8.3", "mcnemar_size")
+ref_familywise = _ref("8.3", "familywise_error")
 
 MISTAKES = {
     "8.1": [
-        ((upper_rule_of_three, ref_wilson), "rule of three"),
-        ((upper_log_alpha, ref_wilson), "rule of three"),
-        ((upper_without_one_minus, ref_wilson), "that is 1 - p_u"),
-        ((upper_one_minus_alpha, ref_wilson), "not 1 - alpha"),
-        ((upper_two_sided, ref_wilson), "two-sided bound"),
-        ((upper_wald, ref_wilson), "Wald interval's end"),
-        ((ref_upper, wilson_without_z2), "the + z^2 in the denominator is missing"),
-        ((ref_upper, wilson_centre), "centre of the Wilson interval"),
-        ((ref_upper, wilson_z_not_squared), "z must be squared"),
+        *[((m, ref_wilson), fb) for m, fb in _UPPER_MISTAKES],
+        *[((ref_upper, m), fb) for m, fb in _WILSON_MISTAKES],
     ],
     "8.2": [
-        ((paired_without_delta, ref_independent), "subtract delta^2"),
-        ((ref_independent, ref_independent), "that ignores the pairing"),
-        ((paired_rounded_down, ref_independent), "round up"),
-        ((paired_bernoulli, ref_independent), "not delta (1 - delta)"),
-        ((paired_unsquared, ref_independent), "enter squared"),
-        ((ref_paired, independent_as_paired), "do not share their noise"),
-        ((ref_paired, independent_averaged), "do not average them"),
-        ((ref_paired, independent_one_model), "its own variance"),
+        *[((m, ref_independent), fb) for m, fb in _PAIRED_MISTAKES],
+        *[((ref_paired, m), fb) for m, fb in _INDEPENDENT_MISTAKES],
     ],
     "8.3": [
-        ((size_nominal, ref_familywise), "the exact test is discrete"),
-        ((size_normal_approximation, ref_familywise), "normal-approximation test"),
-        ((size_one_sided, ref_familywise), "double the smaller tail"),
-        ((size_fixed_d, ref_familywise), "D is random"),
-        ((ref_size, familywise_union_bound), "union bound"),
-        ((ref_size, familywise_nominal), "not the nominal level"),
-        ((ref_size, familywise_one_test), "that is the error of one test"),
-        ((ref_size, familywise_without_bonferroni), "each test runs at alpha / m"),
+        *[((m, ref_familywise), fb) for m, fb in _SIZE_MISTAKES],
+        *[((ref_size, m), fb) for m, fb in _FAMILY_MISTAKES],
     ],
+    "8.4": [
+        (guess_single_test, "the level of one test"),
+        (guess_independent_looks, "as independent tests"),
+    ],
+    "8.5": _FLIP_MISTAKES,
+    "8.6": _MARGIN_MISTAKES,
 }

@@ -2,12 +2,16 @@
 
 The references are independent of :mod:`mlbook.foundations.linear_models` wherever the answer is not
 asked to call it: ridge solutions from ``torch.linalg.lstsq`` on the augmented system ``[X; sqrt(N
-l2) I]``, the gradient-descent error in closed form from ``torch.linalg.eigh``, condition numbers
+l2) I]``, the gradient-descent iterates in closed form from ``torch.linalg.eigh``, condition numbers
 from the singular values that the check prescribes, logistic losses from
-``F.binary_cross_entropy_with_logits`` along a gradient-descent loop written out here, and
-separability from data built to be separable or not. Where the exercise names the package's solvers
-(the relative errors of ``normal_equations`` and ``least_squares_qr``), the check also verifies the
-predicted sizes ``kappa^2 eps`` and ``kappa eps``.
+``F.binary_cross_entropy_with_logits`` along a gradient-descent loop written out here, separability
+from data built to be separable or not, and the training R^2 of least squares on pure noise from
+``torch.linalg.lstsq``. Where the exercise names the package's solvers (the relative errors of
+``normal_equations`` and ``least_squares_qr``), the check also verifies the predicted sizes
+``kappa^2 eps`` and ``kappa eps``.
+
+Each typical wrong answer is written once, as a function below its check's helpers: the check
+computes the wrong value from it, and ``MISTAKES`` lists it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import torch.nn.functional as F
 from scipy.optimize import linprog
 
 from ...foundations import linear_models as lm
+from ..check import fmt
 from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer
 from . import reference_answer as _ref
 
@@ -36,6 +41,46 @@ def _ridge_lstsq(X: torch.Tensor, y: torch.Tensor, l2: float) -> torch.Tensor:
     A = torch.cat([X, math.sqrt(n * l2) * torch.eye(d, dtype=X.dtype)])  # (N + D, D)
     b = torch.cat([y, torch.zeros(d, dtype=X.dtype)])  # (N + D,)
     return torch.linalg.lstsq(A, b[:, None], driver="gelsd").solution[:, 0]
+
+
+def ridge_without_n(X, y, l2):
+    return _ridge_lstsq(X, y, l2 / X.shape[0])  # the system X^T X + l2 I
+
+
+def ridge_half(X, y, l2):
+    return _ridge_lstsq(X, y, l2 / 2)
+
+
+def ridge_double(X, y, l2):
+    return _ridge_lstsq(X, y, 2 * l2)
+
+
+def ridge_plain(X, y, l2):
+    return _ridge_lstsq(X, y, 0.0)  # least squares, no penalty
+
+
+def ridge_flipped_sign(X, y, l2):
+    n, d = X.shape
+    return torch.linalg.solve(X.T @ X - n * l2 * torch.eye(d, dtype=X.dtype), X.T @ y)
+
+
+_RIDGE_MISTAKES = [
+    (
+        ridge_without_n,
+        "the penalty is missing the factor N: with the mean (1/N)||X theta - y||^2 the "
+        "system is (X^T X + N l2 I) theta = X^T y",
+        True,
+    ),
+    (
+        ridge_half,
+        "the factor 2 is off: the gradient is (2/N) X^T (X theta - y) + 2 l2 theta, so "
+        "the system has N l2 I, not N l2 I / 2",
+        True,
+    ),
+    (ridge_double, "the factor 2 is off: the system has N l2 I, not 2 N l2 I", True),
+    (ridge_plain, "the penalty is missing: that is plain least squares", False),
+    (ridge_flipped_sign, "the sign of the penalty is flipped: it adds N l2 I to X^T X", False),
+]  # (answer, feedback, applies when N < D)
 
 
 def _ridge_cases() -> list[tuple[torch.Tensor, torch.Tensor, float, str]]:
@@ -73,7 +118,7 @@ def _protocol_mse(
     y_va,
     grid,
     *,
-    stats=None,
+    leak=False,
     y_shift=None,
     va_shift=None,
     on_training=False,
@@ -81,11 +126,11 @@ def _protocol_mse(
     n_factor=True,
 ):
     """Validation MSE of ridge for each l2 of grid, with switches for the typical mistakes."""
-    rows = X_tr if stats is None else stats
+    rows = torch.cat([X_tr, X_va]) if leak else X_tr
     mean, std = rows.mean(dim=0), rows.std(dim=0, correction=ddof)
     Z_tr, Z_va = (X_tr - mean) / std, (X_va - mean) / std
     mu = y_tr.mean() if y_shift is None else y_shift
-    mu_va = mu if va_shift is None else va_shift
+    mu_va = mu if va_shift is None else va_shift(y_va)
     t_tr, t_va = y_tr - mu, y_va - mu_va
     out = []
     for l2 in grid:
@@ -95,79 +140,118 @@ def _protocol_mse(
     return torch.stack(out)
 
 
+def _pick(grid, val_mse, *, index=False):
+    """The pair (best, val_mse): the strength with the smallest MSE (or, wrongly, its index)."""
+    i = int(torch.argmin(val_mse))
+    return (i if index else float(grid[i])), val_mse
+
+
+def select_leaky(X_tr, y_tr, X_va, y_va, grid):
+    return _pick(grid, _protocol_mse(X_tr, y_tr, X_va, y_va, grid, leak=True))
+
+
+def select_uncentred(X_tr, y_tr, X_va, y_va, grid):
+    return _pick(grid, _protocol_mse(X_tr, y_tr, X_va, y_va, grid, y_shift=0.0))
+
+
+def select_own_mean(X_tr, y_tr, X_va, y_va, grid):
+    return _pick(grid, _protocol_mse(X_tr, y_tr, X_va, y_va, grid, va_shift=torch.mean))
+
+
+def select_on_training(X_tr, y_tr, X_va, y_va, grid):
+    return _pick(grid, _protocol_mse(X_tr, y_tr, X_va, y_va, grid, on_training=True))
+
+
+def select_unbiased_std(X_tr, y_tr, X_va, y_va, grid):
+    return _pick(grid, _protocol_mse(X_tr, y_tr, X_va, y_va, grid, ddof=1))
+
+
+def select_without_n(X_tr, y_tr, X_va, y_va, grid):
+    return _pick(grid, _protocol_mse(X_tr, y_tr, X_va, y_va, grid, n_factor=False))
+
+
+def select_index(X_tr, y_tr, X_va, y_va, grid):
+    return _pick(grid, _protocol_mse(X_tr, y_tr, X_va, y_va, grid), index=True)
+
+
+def select_worst(X_tr, y_tr, X_va, y_va, grid):
+    val = _protocol_mse(X_tr, y_tr, X_va, y_va, grid)
+    return float(grid[int(torch.argmax(val))]), val
+
+
+def select_single(X_tr, y_tr, X_va, y_va, grid):
+    return _protocol_mse(X_tr, y_tr, X_va, y_va, grid)  # the MSEs alone, not the pair
+
+
+_SELECT_MISTAKES = [
+    (
+        select_leaky,
+        "the standardisation used the statistics of the training AND validation rows; only the "
+        "training rows may set them, or the validation rows leak into the model",
+    ),
+    (
+        select_uncentred,
+        "the targets are not centred: the model has no intercept, so centre y_tr and y_va with "
+        "the training mean",
+    ),
+    (
+        select_own_mean,
+        "the validation targets are centred with their own mean; use the training mean for "
+        "both (the validation rows may not set any statistic)",
+    ),
+    (
+        select_on_training,
+        "these are training MSEs; the candidates are compared on the validation rows",
+    ),
+    (
+        select_unbiased_std,
+        "the standard deviation is the unbiased one (N - 1); lm.standardise divides by N",
+    ),
+    (select_without_n, "the ridge fits are missing the factor N of the penalty (see ridge)"),
+]
+
+
 @exercise("9.1", "ridge", "select_l2")
 def ridge_protocol(ridge, select_l2) -> str:
     """ridge against lstsq of the augmented system; select_l2 against the protocol on diabetes."""
     for X, y, l2, what in _ridge_cases():
         n, d = X.shape
-        want = _ridge_lstsq(X, y, l2)
-        wrong = {
-            "the penalty is missing the factor N: with the mean (1/N)||X theta - y||^2 the "
-            "system is (X^T X + N l2 I) theta = X^T y": _ridge_lstsq(X, y, l2 / n),
-            "the factor 2 is off: the gradient is (2/N) X^T (X theta - y) + 2 l2 theta, so "
-            "the system has N l2 I, not N l2 I / 2": _ridge_lstsq(X, y, l2 / 2),
-            "the factor 2 is off: the system has N l2 I, not 2 N l2 I": _ridge_lstsq(X, y, 2 * l2),
-        }
-        if n >= d:
-            wrong["the penalty is missing: that is plain least squares"] = _ridge_lstsq(X, y, 0.0)
-            flipped = X.T @ X - n * l2 * torch.eye(d, dtype=F64)
-            wrong["the sign of the penalty is flipped: it adds N l2 I to X^T X"] = (
-                torch.linalg.solve(flipped, X.T @ y)
-            )
         expect_answer(
             attempt(ridge, X.clone(), y.clone(), l2),
-            want,
+            _ridge_lstsq(X, y, l2),
             f"ridge(X, y, l2) for {what}",
-            wrong=wrong,
+            wrong={fb: m(X, y, l2) for m, fb, wide in _RIDGE_MISTAKES if n >= d or wide},
             atol=1e-9,
             rtol=1e-7,
         )
 
     X_tr, y_tr, X_va, y_va = _diabetes_protocol_data()
     grid = [0.0] + [float(10.0**e) for e in np.arange(-3, 0.51, 0.5)]
+    data = (X_tr, y_tr, X_va, y_va, grid)
     got = attempt(select_l2, X_tr.clone(), y_tr.clone(), X_va.clone(), y_va.clone(), list(grid))
     expect(
         isinstance(got, (tuple, list)) and len(got) == 2,
         "select_l2 should return a pair (best, val_mse)",
     )
     best, val_mse = got
-    want = _protocol_mse(X_tr, y_tr, X_va, y_va, grid)
-    what = "val_mse of select_l2 on the diabetes features with pairwise products"
+    want = _protocol_mse(*data)
     expect_answer(
         val_mse,
         want,
-        what,
-        wrong={
-            "the standardisation used the statistics of the training AND validation rows; only the "
-            "training rows may set them, or the validation rows leak into the model": _protocol_mse(
-                X_tr, y_tr, X_va, y_va, grid, stats=torch.cat([X_tr, X_va])
-            ),
-            "the targets are not centred: the model has no intercept, so centre y_tr and y_va with "
-            "the training mean": _protocol_mse(X_tr, y_tr, X_va, y_va, grid, y_shift=0.0),
-            "the validation targets are centred with their own mean; use the training mean "
-            "for both "
-            "(the validation rows may not set any statistic)": _protocol_mse(
-                X_tr, y_tr, X_va, y_va, grid, va_shift=y_va.mean()
-            ),
-            "these are training MSEs; the candidates are compared on the validation "
-            "rows": _protocol_mse(X_tr, y_tr, X_va, y_va, grid, on_training=True),
-            "the standard deviation is the unbiased one (N - 1); lm.standardise divides by "
-            "N": _protocol_mse(X_tr, y_tr, X_va, y_va, grid, ddof=1),
-            "the ridge fits are missing the factor N of the penalty (see ridge)": _protocol_mse(
-                X_tr, y_tr, X_va, y_va, grid, n_factor=False
-            ),
-        },
+        "val_mse of select_l2 on the diabetes features with pairwise products",
+        wrong={fb: m(*data)[1] for m, fb in _SELECT_MISTAKES},
         atol=1e-6,
         rtol=1e-8,
     )
-    i_best = int(torch.argmin(want))
     expect_answer(
         best,
-        grid[i_best],
+        _pick(grid, want)[0],
         "best of select_l2",
         wrong={
-            "that is the strength with the LARGEST validation MSE": grid[int(torch.argmax(want))],
-            "that is the index of the best strength in grid, not the strength itself": i_best,
+            "that is the strength with the LARGEST validation MSE": select_worst(*data)[0],
+            "that is the index of the best strength in grid, not the strength itself": (
+                _pick(grid, want, index=True)[0]
+            ),
         },
         atol=1e-12,
         rtol=1e-9,
@@ -205,6 +289,93 @@ def _cos(u: torch.Tensor, v: torch.Tensor) -> float:
     return float((u @ v).abs())
 
 
+def rho_no_abs(H, eta):
+    return float((1 - eta * torch.linalg.eigvalsh(H)).max())
+
+
+def rho_top_only(H, eta):
+    return float((1 - eta * torch.linalg.eigvalsh(H)[-1]).abs())
+
+
+def rho_bottom_only(H, eta):
+    return float((1 - eta * torch.linalg.eigvalsh(H)[0]).abs())
+
+
+_RHO_MISTAKES = [
+    (
+        rho_no_abs,
+        "the absolute value is missing: a factor 1 - eta lambda below -1 flips sign AND grows",
+    ),
+    (
+        rho_top_only,
+        "only lambda_max counts here; rho is the max over ALL eigenvalues (small steps are "
+        "limited by lambda_min)",
+    ),
+    (
+        rho_bottom_only,
+        "only lambda_min counts here; rho is the max over ALL eigenvalues (near the edge "
+        "lambda_max dominates)",
+    ),
+]
+
+
+def slowest_row(H, eta):
+    lam, Q = torch.linalg.eigh(H)
+    return Q[int((1 - eta * lam).abs().argmax())]
+
+
+def slowest_no_abs(H, eta):
+    lam, Q = torch.linalg.eigh(H)
+    return Q[:, int((1 - eta * lam).argmax())]
+
+
+def slowest_always_top(H, eta):
+    return torch.linalg.eigh(H)[1][:, -1]
+
+
+def _closed_distance(X, y, theta0, eta, t):
+    """||theta_t - theta_hat|| after t steps of gradient descent, in the eigenbasis of H."""
+    lam, Q = torch.linalg.eigh(2 * X.T @ X / X.shape[0])
+    theta_hat = torch.linalg.lstsq(X, y[:, None], driver="gelsd").solution[:, 0]
+    return float(((1 - eta * lam) ** t * (Q.T @ (theta0 - theta_hat))).norm())
+
+
+def _closed_ratio(X, y, theta0, eta, steps, window, *, shift=0):
+    return _closed_distance(X, y, theta0, eta, steps) / _closed_distance(
+        X, y, theta0, eta, steps - window + shift
+    )
+
+
+def ratio_upside_down(X, y, theta0, eta, steps, window):
+    return 1 / _closed_ratio(X, y, theta0, eta, steps, window)
+
+
+def ratio_off_by_one(X, y, theta0, eta, steps, window):
+    return _closed_ratio(X, y, theta0, eta, steps, window, shift=1)  # T - window + 1
+
+
+def ratio_off_by_one_below(X, y, theta0, eta, steps, window):
+    return _closed_ratio(X, y, theta0, eta, steps, window, shift=-1)  # T - window - 1
+
+
+def ratio_squared(X, y, theta0, eta, steps, window):
+    return _closed_ratio(X, y, theta0, eta, steps, window) ** 2
+
+
+_RATIO_MISTAKES = [
+    (ratio_upside_down, "the ratio is upside down: the later distance goes on top"),
+    (ratio_off_by_one, "the window is off by one: compare step T with step T - window"),
+    (
+        ratio_off_by_one_below,
+        "the window is off by one: compare step T with step T - window, not T - window - 1",
+    ),
+    (
+        ratio_squared,
+        "that is the ratio of squared distances (or of excess losses); take the norms",
+    ),
+]
+
+
 @exercise("9.2", "contraction_factor", "slowest_direction", "distance_ratio")
 def edge_of_stability(contraction_factor, slowest_direction, distance_ratio) -> str:
     """rho(eta) and the slowest eigenvector from eigh; the distance ratio in closed form."""
@@ -213,78 +384,46 @@ def edge_of_stability(contraction_factor, slowest_direction, distance_ratio) -> 
         for mult in (0.5, 0.99, 1.01):
             eta = mult * 2 / float(lam[-1])
             factors = (1 - eta * lam).abs()  # (D,)
-            rho = factors.max()
             expect_answer(
                 attempt(contraction_factor, H.clone(), eta),
-                rho,
+                factors.max(),
                 f"contraction_factor(H, {mult} x 2/lambda_max) for {what}",
-                wrong={
-                    "the absolute value is missing: a factor 1 - eta lambda below -1 "
-                    "flips sign AND grows": (1 - eta * lam).max(),
-                    "only lambda_max counts here; rho is the max over ALL eigenvalues "
-                    "(small steps are limited by lambda_min)": factors[-1],
-                    "only lambda_min counts here; rho is the max over ALL eigenvalues "
-                    "(near the edge lambda_max dominates)": factors[0],
-                },
+                wrong={fb: m(H, eta) for m, fb in _RHO_MISTAKES},
                 atol=1e-12,
                 rtol=1e-9,
             )
-            i = int(factors.argmax())
-            got = as_tensor(
-                attempt(slowest_direction, H.clone(), eta),
-                f"slowest_direction(H, {mult} x 2/lambda_max)",
-                (H.shape[0],),
-            )
+            label = f"slowest_direction(H, {mult} x 2/lambda_max) for {what}"
+            got = as_tensor(attempt(slowest_direction, H.clone(), eta), label, (H.shape[0],))
             expect(
                 bool(torch.isfinite(got).all()) and abs(float(got.norm()) - 1) < 1e-8,
-                f"slowest_direction(H, {mult} x 2/lambda_max) for {what} should be a unit vector",
+                f"{label} should be a unit vector",
             )
-            if _cos(got, Q[:, i]) < 1 - 1e-8:
-                if _cos(got, Q[i]) > 1 - 1e-8:
+            if _cos(got, Q[:, int(factors.argmax())]) < 1 - 1e-8:
+                if _cos(got, slowest_row(H, eta)) > 1 - 1e-8:
                     raise Incorrect(
-                        f"slowest_direction for {what}: that is a ROW of the "
-                        f"eigenvector matrix; torch.linalg.eigh returns the "
-                        f"eigenvectors as columns, Q[:, i]"
+                        f"{label}: that is a ROW of the eigenvector matrix; torch.linalg.eigh "
+                        f"returns the eigenvectors as columns, Q[:, i]"
                     )
-                j = int((1 - eta * lam).argmax())
-                if _cos(got, Q[:, j]) > 1 - 1e-8:
+                if _cos(got, slowest_no_abs(H, eta)) > 1 - 1e-8:
                     raise Incorrect(
-                        f"slowest_direction(H, {mult} x 2/lambda_max) for {what}: "
-                        f"the factor is |1 - eta lambda_i|; without the absolute value "
-                        f"the flipping top direction is missed"
+                        f"{label}: the factor is |1 - eta lambda_i|; without the absolute "
+                        f"value the flipping top direction is missed"
                     )
                 raise Incorrect(
-                    f"slowest_direction(H, {mult} x 2/lambda_max) for {what} is not "
-                    f"the eigenvector with the largest |1 - eta lambda_i|"
+                    f"{label} is not the eigenvector with the largest |1 - eta lambda_i|"
                 )
 
     X, y = _toy_problem()
-    n = X.shape[0]
-    H = 2 * X.T @ X / n
-    lam, Q = torch.linalg.eigh(H)
-    theta_hat = torch.linalg.lstsq(X, y[:, None], driver="gelsd").solution[:, 0]
+    lam_max = float(torch.linalg.eigvalsh(2 * X.T @ X / X.shape[0])[-1])
     theta0 = torch.tensor([-1.0, 4.5], dtype=F64)
-    coef = Q.T @ (theta0 - theta_hat)  # error, eigenbasis
-
-    def dist(eta, t):
-        return float(((1 - eta * lam) ** t * coef).norm())  # ||theta_t - theta_hat||
-
     for mult, steps, window in [(0.99, 300, 100), (1.01, 300, 100), (0.5, 200, 50)]:
-        eta = mult * 2 / float(lam[-1])
-        want = dist(eta, steps) / dist(eta, steps - window)
+        eta = mult * 2 / lam_max
+        case = (X, y, theta0, eta, steps, window)
         expect_answer(
             attempt(distance_ratio, X.clone(), y.clone(), theta0.clone(), eta, steps, window),
-            want,
+            _closed_ratio(*case),
             f"distance_ratio at eta = {mult} x 2/lambda_max, {steps} steps, window {window}",
-            wrong={
-                "the ratio is upside down: the later distance goes on top": 1 / want,
-                "the window is off by one: compare step T with step T - window": dist(eta, steps)
-                / dist(eta, steps - window + 1),
-                "the window is off by one: compare step T with step T - window, "
-                "not T - window - 1": dist(eta, steps) / dist(eta, steps - window - 1),
-                "that is the ratio of squared distances (or of excess losses); take the norms": want
-                ** 2,
-            },
+            wrong={fb: m(*case) for m, fb in _RATIO_MISTAKES},
             atol=1e-12,
             rtol=1e-6,
         )
@@ -297,6 +436,35 @@ def edge_of_stability(contraction_factor, slowest_direction, distance_ratio) -> 
 # --- 9.3 normal equations square the condition number ---------------------------------------------
 
 
+def cond_not_squared(X):
+    return float(torch.linalg.cond(X))
+
+
+def cond_of_gram(X):
+    return float(torch.linalg.cond(X.T @ X))
+
+
+def _solver_error_parts(X, theta_star):
+    """(absolute errors, relative errors, relative residuals) of the normal equations and QR."""
+    y = X @ theta_star
+    sols = [lm.normal_equations(X, y), lm.least_squares_qr(X, y)]
+    abs_err = torch.stack([(t - theta_star).norm() for t in sols])
+    resid = torch.stack([(X @ t - y).norm() / y.norm() for t in sols])
+    return abs_err, abs_err / theta_star.norm(), resid
+
+
+def errors_absolute(X, theta_star):
+    return _solver_error_parts(X, theta_star)[0]
+
+
+def errors_swapped(X, theta_star):
+    return _solver_error_parts(X, theta_star)[1].flip(0)
+
+
+def errors_of_residual(X, theta_star):
+    return _solver_error_parts(X, theta_star)[2]
+
+
 @exercise("9.3", "with_singular_values", "gram_condition", "solver_errors")
 def condition_number(with_singular_values, gram_condition, solver_errors) -> str:
     """Prescribed singular values; cond(X^T X) = cond(X)^2; errors of the order kappa^2 eps and
@@ -305,14 +473,16 @@ def condition_number(with_singular_values, gram_condition, solver_errors) -> str
     for kappa in (1e6, 1e8):
         s = torch.logspace(0, -math.log10(kappa), 6, dtype=F64)  # (6,) descending
         what = f"with_singular_values(s, 200, generator) for kappa = 1e{round(math.log10(kappa))}"
-        X = as_tensor(
-            attempt(with_singular_values, s.clone(), 200, torch.Generator().manual_seed(93)),
-            what,
-            (200, 6),
+        X, X2, X3 = (
+            as_tensor(
+                attempt(with_singular_values, s.clone(), 200, torch.Generator().manual_seed(seed)),
+                what,
+                (200, 6),
+            )
+            for seed in (93, 93, 94)
         )
-        sv = torch.linalg.svdvals(X)
         expect_answer(
-            sv,
+            torch.linalg.svdvals(X),
             s,
             f"the singular values of {what}",
             wrong={
@@ -326,16 +496,6 @@ def condition_number(with_singular_values, gram_condition, solver_errors) -> str
         expect(
             float((X == 0).double().mean()) < 0.5,
             f"{what} is mostly zeros: rotate diag(s) by random orthonormal factors U and V",
-        )
-        X2 = as_tensor(
-            attempt(with_singular_values, s.clone(), 200, torch.Generator().manual_seed(93)),
-            what,
-            (200, 6),
-        )
-        X3 = as_tensor(
-            attempt(with_singular_values, s.clone(), 200, torch.Generator().manual_seed(94)),
-            what,
-            (200, 6),
         )
         expect(
             torch.equal(X, X2),
@@ -352,9 +512,9 @@ def condition_number(with_singular_values, gram_condition, solver_errors) -> str
             f"gram_condition(X) for kappa = 1e{round(math.log10(kappa))}",
             wrong={
                 "that is cond(X); cond(X^T X) is its square, since the singular "
-                "values of X^T X = V S^2 V^T are s_i^2": kappa,
+                "values of X^T X = V S^2 V^T are s_i^2": cond_not_squared(X),
                 "forming X^T X loses its small eigenvalues to rounding; compute the "
-                "condition number from the singular values of X": torch.linalg.cond(X.T @ X),
+                "condition number from the singular values of X": cond_of_gram(X),
             },
             atol=0.0,
             rtol=1e-6,
@@ -367,20 +527,19 @@ def condition_number(with_singular_values, gram_condition, solver_errors) -> str
         V, _ = torch.linalg.qr(torch.randn(6, 6, generator=gen, dtype=F64))
         X = U @ torch.diag(s) @ V.T  # (200, 6)
         theta_star = 3 * torch.randn(6, generator=gen, dtype=F64)
-        y = X @ theta_star
-        sols = [lm.normal_equations(X, y), lm.least_squares_qr(X, y)]
-        abs_err = torch.stack([(t - theta_star).norm() for t in sols])
-        want = abs_err / theta_star.norm()
-        resid = torch.stack([(X @ t - y).norm() / y.norm() for t in sols])
         got = expect_answer(
             attempt(solver_errors, X.clone(), theta_star.clone()),
-            want,
+            _solver_error_parts(X, theta_star)[1],
             f"solver_errors(X, theta_star) for kappa = 1e{round(math.log10(kappa))}",
             wrong={
-                "the order is swapped: normal equations first, then QR": want.flip(0),
-                "these are absolute errors; divide by ||theta_star||": abs_err,
+                "the order is swapped: normal equations first, then QR": errors_swapped(
+                    X, theta_star
+                ),
+                "these are absolute errors; divide by ||theta_star||": errors_absolute(
+                    X, theta_star
+                ),
                 "these are relative residuals ||X theta - y|| / ||y||, tiny for both solvers; "
-                "the error is measured in theta": resid,
+                "the error is measured in theta": errors_of_residual(X, theta_star),
             },
             atol=0.0,
             rtol=1e-6,
@@ -411,7 +570,8 @@ def _logistic_data(seed: int, n_tr: int, n_va: int, d: int):
 
 
 def _gd_losses(X_tr, y_tr, X_ev, y_ev, checkpoints, *, lr_scale=1.0, shift=0, reduction="mean"):
-    """Validation BCE after t steps of gradient descent, by a loop written out here."""
+    """Cross-entropy on (X_ev, y_ev) after t steps of gradient descent, for each t of checkpoints,
+    by a loop written out here; the switches make the typical mistakes."""
     n = X_tr.shape[0]
     lr = lr_scale * 4 * n / float(torch.linalg.eigvalsh(X_tr.T @ X_tr).max())
     w = torch.zeros(X_tr.shape[1], dtype=F64)
@@ -425,6 +585,55 @@ def _gd_losses(X_tr, y_tr, X_ev, y_ev, checkpoints, *, lr_scale=1.0, shift=0, re
             for t in checkpoints
         ]
     )
+
+
+def _stop(checkpoints, losses, *, index=False):
+    """The pair (t_best, losses): the checkpoint with the smallest loss (or, wrongly, its
+    position in the list)."""
+    i = int(torch.argmin(losses))
+    return (i if index else checkpoints[i]), losses
+
+
+def stop_on_training(X_tr, y_tr, X_va, y_va, checkpoints):
+    return _stop(checkpoints, _gd_losses(X_tr, y_tr, X_tr, y_tr, checkpoints))
+
+
+def stop_one_early(X_tr, y_tr, X_va, y_va, checkpoints):
+    return _stop(checkpoints, _gd_losses(X_tr, y_tr, X_va, y_va, checkpoints, shift=-1))
+
+
+def stop_without_quarter(X_tr, y_tr, X_va, y_va, checkpoints):
+    return _stop(checkpoints, _gd_losses(X_tr, y_tr, X_va, y_va, checkpoints, lr_scale=0.25))
+
+
+def stop_on_sum(X_tr, y_tr, X_va, y_va, checkpoints):
+    return _stop(checkpoints, _gd_losses(X_tr, y_tr, X_va, y_va, checkpoints, reduction="sum"))
+
+
+def stop_index(X_tr, y_tr, X_va, y_va, checkpoints):
+    return _stop(checkpoints, _gd_losses(X_tr, y_tr, X_va, y_va, checkpoints), index=True)
+
+
+_STOP_MISTAKES = [
+    (
+        stop_on_training,
+        "these are the training losses; compare the checkpoints on the validation rows",
+    ),
+    (
+        stop_one_early,
+        "the losses are one step early: row t of lm.gradient_descent's path holds the weights "
+        "after t steps",
+    ),
+    (
+        stop_without_quarter,
+        "the step is 4 times too small: L = lambda_max(X^T X) / (4N), with the 4 from "
+        "p(1 - p) <= 1/4",
+    ),
+    (
+        stop_on_sum,
+        "that is the sum of the losses; the mean cross-entropy divides by the number of rows",
+    ),
+]
 
 
 def _separable_cases():
@@ -453,48 +662,33 @@ def early_stopping(early_stopping, is_separable) -> str:
         (0, (40, 200, 16), [0, 3, 10, 30, 100, 300]),
         (2, (30, 100, 12), [5, 20, 80, 320]),
     ]:
-        X_tr, y_tr, X_va, y_va = _logistic_data(seed, n_tr, n_va, d)
+        data = (*_logistic_data(seed, n_tr, n_va, d), checkpoints)
         what = f"early_stopping with checkpoints {checkpoints}"
-        got = attempt(
-            early_stopping,
-            X_tr.clone(),
-            y_tr.clone(),
-            X_va.clone(),
-            y_va.clone(),
-            list(checkpoints),
-        )
+        got = attempt(early_stopping, *(t.clone() for t in data[:4]), list(checkpoints))
         expect(
             isinstance(got, (tuple, list)) and len(got) == 2,
             "early_stopping should return a pair (t_best, val_bce)",
         )
         t_best, val_bce = got
-        want = _gd_losses(X_tr, y_tr, X_va, y_va, checkpoints)
+        want = _gd_losses(*data)
         expect_answer(
             val_bce,
             want,
             f"val_bce of {what}",
-            wrong={
-                "these are the training losses; compare the checkpoints on the validation "
-                "rows": _gd_losses(X_tr, y_tr, X_tr, y_tr, checkpoints),
-                "the losses are one step early: row t of lm.gradient_descent's path holds the "
-                "weights after t steps": _gd_losses(X_tr, y_tr, X_va, y_va, checkpoints, shift=-1),
-                "the step is 4 times too small: L = lambda_max(X^T X) / (4N), with the 4 from "
-                "p(1 - p) <= 1/4": _gd_losses(X_tr, y_tr, X_va, y_va, checkpoints, lr_scale=0.25),
-                "that is the sum of the losses; the mean cross-entropy divides by the number "
-                "of rows": _gd_losses(X_tr, y_tr, X_va, y_va, checkpoints, reduction="sum"),
-            },
+            wrong={fb: m(*data)[1] for m, fb in _STOP_MISTAKES},
             atol=1e-9,
             rtol=1e-7,
         )
-        i = int(torch.argmin(want))
         expect_answer(
             t_best,
-            checkpoints[i],
+            _stop(checkpoints, want)[0],
             f"t_best of {what}",
             wrong={
                 "that is the position of the best checkpoint in the list, not its number of "
-                "steps": i,
-                "that is the checkpoint with the smallest TRAINING loss": checkpoints[-1],
+                "steps": _stop(checkpoints, want, index=True)[0],
+                "that is the checkpoint with the smallest TRAINING loss": stop_on_training(*data)[
+                    0
+                ],
             },
             atol=0.0,
             rtol=0.0,
@@ -520,196 +714,6 @@ def early_stopping(early_stopping, is_separable) -> str:
     )
 
 
-# Typical wrong answers (one place: the tests build each and check that it is rejected with
-# its feedback) ---------------------------------------------------------------------
-
-
-# the reference answers, looked up when called: a wrong answer replaces one of them
-ridge = _ref("9.1", "ridge")
-select_l2 = _ref("9.1", "select_l2")
-contraction_factor = _ref("9.2", "contraction_factor")
-slowest_direction = _ref("9.2", "slowest_direction")
-distance_ratio = _ref("9.2", "distance_ratio")
-with_singular_values = _ref("9.3", "with_singular_values")
-gram_condition = _ref("9.3", "gram_condition")
-solver_errors = _ref("9.3", "solver_errors")
-ref_early_stopping = _ref("9.4", "early_stopping")
-is_separable = _ref("9.4", "is_separable")
-
-
-# --- 9.1 ------------------------------------------------------------------------------------------
-
-
-def ridge_without_n(X, y, l2):
-    d = X.shape[1]
-    return torch.linalg.solve(X.T @ X + l2 * torch.eye(d, dtype=X.dtype), X.T @ y)
-
-
-def ridge_half(X, y, l2):
-    return _ref("9.1", "ridge")(X, y, l2 / 2)
-
-
-def ridge_by_pinv(X, y, l2):
-    return torch.linalg.pinv(X) @ y  # plain least squares (minimum norm), no penalty
-
-
-def _select(X_tr, y_tr, X_va, y_va, grid, *, leak=False, centre=True, on_training=False):
-    stats = torch.cat([X_tr, X_va]) if leak else X_tr
-    mean, std = stats.mean(dim=0), stats.std(dim=0, correction=0)
-    Z_tr, Z_va = (X_tr - mean) / std, (X_va - mean) / std
-    mu = y_tr.mean() if centre else 0.0
-    out = []
-    for l2 in grid:
-        theta = _ref("9.1", "ridge")(Z_tr, y_tr - mu, l2)
-        Z, t = (Z_tr, y_tr - mu) if on_training else (Z_va, y_va - mu)
-        out.append(((Z @ theta - t) ** 2).mean())
-    val = torch.stack(out)
-    return float(grid[int(val.argmin())]), val
-
-
-def select_leaky(*args):
-    return _select(*args, leak=True)
-
-
-def select_uncentred(*args):
-    return _select(*args, centre=False)
-
-
-def select_on_training(*args):
-    return _select(*args, on_training=True)
-
-
-def select_index(*args):
-    best, val = _ref("9.1", "select_l2")(*args)
-    return int(val.argmin()), val
-
-
-def select_single(*args):
-    return _ref("9.1", "select_l2")(*args)[1]
-
-
-# --- 9.2 ------------------------------------------------------------------------------------------
-
-
-def rho_no_abs(H, eta):
-    return float((1 - eta * torch.linalg.eigvalsh(H)).max())
-
-
-def rho_top_only(H, eta):
-    return float((1 - eta * torch.linalg.eigvalsh(H)[-1]).abs())
-
-
-def slowest_row(H, eta):
-    lam, Q = torch.linalg.eigh(H)
-    return Q[int((1 - eta * lam).abs().argmax())]
-
-
-def slowest_no_abs(H, eta):
-    lam, Q = torch.linalg.eigh(H)
-    return Q[:, int((1 - eta * lam).argmax())]
-
-
-def slowest_always_top(H, eta):
-    return torch.linalg.eigh(H)[1][:, -1]
-
-
-def _dist(X, y, theta0, eta, steps):
-    theta_hat = lm.least_squares_qr(X, y)
-    path = lm.gradient_descent(lambda t: lm.mse_grad(t, X, y), theta0, eta, steps)
-    return (path - theta_hat).norm(dim=1)
-
-
-def ratio_upside_down(X, y, theta0, eta, steps, window):
-    d = _dist(X, y, theta0, eta, steps)
-    return float(d[steps - window] / d[steps])
-
-
-def ratio_off_by_one(X, y, theta0, eta, steps, window):
-    d = _dist(X, y, theta0, eta, steps)
-    return float(d[-1] / d[-window])  # d[-window] is step T - window + 1
-
-
-# --- 9.3 ------------------------------------------------------------------------------------------
-
-
-def sv_squared(s, n_rows, generator):
-    return _ref("9.3", "with_singular_values")(s**2, n_rows, generator)
-
-
-def sv_transposed(s, n_rows, generator):
-    return _ref("9.3", "with_singular_values")(s, n_rows, generator).T
-
-
-def sv_padded(s, n_rows, generator):
-    return torch.cat([torch.diag(s), torch.zeros(n_rows - s.numel(), s.numel(), dtype=s.dtype)])
-
-
-def sv_global_seed(s, n_rows, generator):
-    return _ref("9.3", "with_singular_values")(s, n_rows, torch.Generator().manual_seed(0))
-
-
-def cond_not_squared(X):
-    return float(torch.linalg.cond(X))
-
-
-def cond_of_gram(X):
-    return float(torch.linalg.cond(X.T @ X))
-
-
-def errors_absolute(X, theta_star):
-    return _ref("9.3", "solver_errors")(X, theta_star) * theta_star.norm()
-
-
-def errors_swapped(X, theta_star):
-    return _ref("9.3", "solver_errors")(X, theta_star).flip(0)
-
-
-def errors_of_residual(X, theta_star):
-    y = X @ theta_star
-    return torch.stack(
-        [
-            (X @ lm.normal_equations(X, y) - y).norm() / y.norm(),
-            (X @ lm.least_squares_qr(X, y) - y).norm() / y.norm(),
-        ]
-    )
-
-
-# --- 9.4 ------------------------------------------------------------------------------------------
-
-
-def _path(X_tr, y_tr, steps, lr_scale=1.0):
-    L = float(torch.linalg.eigvalsh(X_tr.T @ X_tr).max()) / (4 * X_tr.shape[0])
-    return lm.gradient_descent(
-        lambda w: lm.bce_grad(w, X_tr, y_tr),
-        torch.zeros(X_tr.shape[1], dtype=X_tr.dtype),
-        lr_scale / L,
-        steps,
-    )
-
-
-def stop_on_training(X_tr, y_tr, X_va, y_va, checkpoints):
-    path = _path(X_tr, y_tr, max(checkpoints))
-    losses = torch.stack([lm.bce_loss(path[t], X_tr, y_tr) for t in checkpoints])
-    return checkpoints[int(losses.argmin())], losses
-
-
-def stop_one_early(X_tr, y_tr, X_va, y_va, checkpoints):
-    path = _path(X_tr, y_tr, max(checkpoints))
-    losses = torch.stack([lm.bce_loss(path[t - 1], X_va, y_va) for t in checkpoints])
-    return checkpoints[int(losses.argmin())], losses
-
-
-def stop_without_quarter(X_tr, y_tr, X_va, y_va, checkpoints):
-    path = _path(X_tr, y_tr, max(checkpoints), lr_scale=0.25)  # eta = 1 / lambda_max(X^T X / N)
-    losses = torch.stack([lm.bce_loss(path[t], X_va, y_va) for t in checkpoints])
-    return checkpoints[int(losses.argmin())], losses
-
-
-def stop_index(X_tr, y_tr, X_va, y_va, checkpoints):
-    t_best, losses = _ref("9.4", "early_stopping")(X_tr, y_tr, X_va, y_va, checkpoints)
-    return checkpoints.index(t_best), losses
-
-
 def separable_default_bounds(X, y):
     signs = (2 * y - 1).numpy()[:, None]
     lp = linprog(
@@ -729,13 +733,218 @@ def separable_without_labels(X, y):
     return bool(lp.status == 0)
 
 
+# --- 9.5 · Predict: the training R^2 of a fit to pure noise ---------------------------------------
+
+_R2_N, _R2_D, _R2_DRAWS, _R2_FRESH, _R2_TOL = 60, 50, 200, 200, 0.05
+
+
+def _noise_r2() -> tuple[float, float, float]:
+    """Mean R^2 of least squares with an intercept and D Gaussian features, fitted to N pure-noise
+    targets: on the training rows, and on 200 fresh rows; and the standard error of the first."""
+    gen = torch.Generator().manual_seed(95)
+    n, m = _R2_N, _R2_N + _R2_FRESH
+    X = torch.randn(_R2_DRAWS, m, _R2_D, generator=gen, dtype=F64)
+    y = torch.randn(_R2_DRAWS, m, 1, generator=gen, dtype=F64)  # independent of X
+    A = torch.cat([torch.ones(_R2_DRAWS, m, 1, dtype=F64), X], dim=2)  # (draws, N + 200, D + 1)
+    theta = torch.linalg.lstsq(A[:, :n], y[:, :n], driver="gels").solution  # (draws, D + 1, 1)
+    r2 = []
+    for rows in (slice(None, n), slice(n, None)):  # the training rows, then the fresh rows
+        resid = (y[:, rows] - A[:, rows] @ theta).squeeze(2)
+        centred = (y[:, rows] - y[:, rows].mean(dim=1, keepdim=True)).squeeze(2)
+        r2.append(1 - (resid**2).sum(dim=1) / (centred**2).sum(dim=1))  # (draws,)
+    train, test = r2
+    return float(train.mean()), float(train.std() / math.sqrt(_R2_DRAWS)), float(test.mean())
+
+
+@exercise("9.5", "predict_training_r2")
+def predict_training_r2(answer) -> str:
+    """The guess of the training R^2 against 200 least-squares fits to pure noise."""
+    guess = as_tensor(attempt(answer), "predict_training_r2()")
+    expect(guess.numel() == 1, "predict_training_r2() should return one number, an R^2")
+    g = float(guess.reshape(()))
+    train, se, test = _noise_r2()
+    reveal = (
+        f"the {_R2_DRAWS} fits reach a mean training R^2 of {train:.3f} (SE {se:.3f}; theory "
+        f"D/(N - 1) = {_R2_D / (_R2_N - 1):.3f}), and R^2 = {test:.1f} on fresh rows"
+    )
+    if abs(g - train) <= _R2_TOL:
+        return (
+            f"your guess {fmt(g, 3)} is within {_R2_TOL} of the measurement: {reveal}. The usual "
+            f"guess, 0, holds for new data only; on its own rows the fit spends 50 weights on "
+            f"60 noise values"
+        )
+    if g < 0:
+        raise Incorrect(
+            f"your guess {fmt(g, 3)} is negative: {reveal}. A negative R^2 is what the fit "
+            f"scores on rows it has not seen; on its own training rows least squares with an "
+            f"intercept always scores between 0 and 1, since predicting the mean is one of its "
+            f"candidates"
+        )
+    if g < 0.3:
+        raise Incorrect(
+            f"your guess {fmt(g, 3)} is far too low: {reveal}. The usual guess, 0, reasons that "
+            f"noise cannot be explained; but the fit chooses 51 parameters to match 60 values, "
+            f"and all the noise in the 51-dimensional column space of the features is "
+            f"'explained' (optimism, §9.1)"
+        )
+    if g > 0.95:
+        raise Incorrect(
+            f"your guess {fmt(g, 3)} is too high: {reveal}. R^2 = 1 needs an interpolating fit, "
+            f"N <= D + 1 = 51 rows; with 60 rows, 9 dimensions of residual noise remain, about "
+            f"9/59 of the total"
+        )
+    raise Incorrect(f"your guess {fmt(g, 3)} is off by more than {_R2_TOL}: {reveal}")
+
+
+def guess_zero():
+    return 0.0
+
+
+def guess_one():
+    return 1.0
+
+
+def guess_test_r2():
+    return -5.0
+
+
+def guess_half():
+    return 0.5
+
+
+# --- 9.6 · Implement: the gradient-descent path of least squares ----------------------------------
+
+
+def _gd_closed(X, y, theta0, lr, steps):
+    """(steps + 1, D) iterates of gradient descent on (1/N)||X theta - y||^2, in closed form:
+    theta_t = theta_hat + Q (1 - lr lambda)^t Q^T (theta0 - theta_hat), with H = 2 X^T X / N."""
+    lam, Q = torch.linalg.eigh(2 * X.T @ X / X.shape[0])
+    theta_hat = torch.linalg.lstsq(X, y[:, None], driver="gelsd").solution[:, 0]
+    t = torch.arange(steps + 1, dtype=F64)[:, None]  # (T + 1, 1)
+    return theta_hat + ((1 - lr * lam) ** t * (Q.T @ (theta0 - theta_hat))) @ Q.T
+
+
+def path_without_two(X, y, theta0, lr, steps):
+    return _gd_closed(X, y, theta0, lr / 2, steps)  # gradient (1/N) X^T r
+
+
+def path_of_sum(X, y, theta0, lr, steps):
+    return _gd_closed(X, y, theta0, lr * X.shape[0], steps)  # gradient 2 X^T r, no mean
+
+
+def path_uphill(X, y, theta0, lr, steps):
+    return _gd_closed(X, y, theta0, -lr, steps)
+
+
+def path_without_start(X, y, theta0, lr, steps):
+    return _gd_closed(X, y, theta0, lr, steps)[1:]
+
+
+def path_in_place(X, y, theta0, lr, steps):
+    return _gd_closed(X, y, theta0, lr, steps)[-1:].repeat(steps + 1, 1)  # every row the last
+
+
+_PATH_MISTAKES = [
+    (
+        path_without_two,
+        "the factor 2 of eq. 9.2 is missing: the gradient of (1/N)||X theta - y||^2 is "
+        "(2/N) X^T (X theta - y), so this path takes half steps",
+    ),
+    (
+        path_of_sum,
+        "the gradient is summed over the examples; eq. 9.2 averages, (2/N) X^T (X theta - y)",
+    ),
+    (path_uphill, "the path goes uphill: the update is theta - lr * grad"),
+    (
+        path_without_start,
+        "row 0 of the path is theta0 itself: return steps + 1 rows, row t after t steps",
+    ),
+    (
+        path_in_place,
+        "every row holds the last theta: the update changed theta in place after it was "
+        "stored (write theta = theta - lr * grad, or store a clone)",
+    ),
+]
+
+
+def _path_cases():
+    X, y = _toy_problem()
+    gen = torch.Generator().manual_seed(96)
+    X5 = torch.randn(40, 5, generator=gen, dtype=F64) + 0.3
+    y5 = X5 @ torch.randn(5, generator=gen, dtype=F64) + 0.5 * torch.randn(
+        40, generator=gen, dtype=F64
+    )
+    out = []
+    for X_, y_, theta0, mult, steps, what in [
+        (X, y, torch.tensor([-1.0, 4.5], dtype=F64), 1.0, 60, "the line fit of §9.4"),
+        (X5, y5, torch.zeros(5, dtype=F64), 1.5, 30, "a random problem with D = 5"),
+    ]:
+        lr = mult / float(torch.linalg.eigvalsh(2 * X_.T @ X_ / X_.shape[0])[-1])
+        out.append(((X_, y_, theta0, lr, steps), f"{what}, lr = {mult} / lambda_max"))
+    return out
+
+
+@exercise("9.6", "gd_path")
+def gd_path(answer) -> str:
+    """The path of gradient descent on least squares against the closed form in the eigenbasis."""
+    for case, what in _path_cases():
+        X, y, theta0, lr, steps = case
+        expect_answer(
+            attempt(answer, X.clone(), y.clone(), theta0.clone(), lr, steps),
+            _gd_closed(*case),
+            f"gd_path for {what}, {steps} steps",
+            wrong={fb: m(*case) for m, fb in _PATH_MISTAKES},
+            atol=1e-9,
+            rtol=1e-7,
+        )
+    return (
+        "the path of steps + 1 iterates matches the closed form theta_hat + (I - lr H)^t "
+        "(theta0 - theta_hat) on the line fit of §9.4 and on a random problem with D = 5"
+    )
+
+
+# Typical wrong answers (one place: the tests build each and check that it is rejected with
+# its feedback) ---------------------------------------------------------------------
+
+
+# the reference answers, looked up when called: a wrong answer replaces one of them
+ridge = _ref("9.1", "ridge")
+select_l2 = _ref("9.1", "select_l2")
+contraction_factor = _ref("9.2", "contraction_factor")
+slowest_direction = _ref("9.2", "slowest_direction")
+distance_ratio = _ref("9.2", "distance_ratio")
+with_singular_values = _ref("9.3", "with_singular_values")
+gram_condition = _ref("9.3", "gram_condition")
+solver_errors = _ref("9.3", "solver_errors")
+ref_early_stopping = _ref("9.4", "early_stopping")
+is_separable = _ref("9.4", "is_separable")
+
+
+def sv_squared(s, n_rows, generator):
+    return _ref("9.3", "with_singular_values")(s**2, n_rows, generator)
+
+
+def sv_transposed(s, n_rows, generator):
+    return _ref("9.3", "with_singular_values")(s, n_rows, generator).T
+
+
+def sv_padded(s, n_rows, generator):
+    return torch.cat([torch.diag(s), torch.zeros(n_rows - s.numel(), s.numel(), dtype=s.dtype)])
+
+
+def sv_global_seed(s, n_rows, generator):
+    return _ref("9.3", "with_singular_values")(s, n_rows, torch.Generator().manual_seed(0))
+
+
 MISTAKES = {
     "9.1": [
         ((ridge_without_n, select_l2), "missing the factor N"),
         ((ridge_half, select_l2), "the factor 2 is off"),
-        ((ridge_by_pinv, select_l2), "plain least squares"),
+        ((ridge_plain, select_l2), "plain least squares"),
+        ((ridge_flipped_sign, select_l2), "the sign of the penalty is flipped"),
         ((ridge, select_leaky), "training AND validation rows"),
         ((ridge, select_uncentred), "the targets are not centred"),
+        ((ridge, select_own_mean), "their own mean"),
         ((ridge, select_on_training), "these are training MSEs"),
         ((ridge, select_index), "the index of the best strength"),
         ((ridge, select_single), "should return a pair"),
@@ -748,6 +957,7 @@ MISTAKES = {
         ((contraction_factor, slowest_always_top, distance_ratio), "largest |1 - eta lambda_i|"),
         ((contraction_factor, slowest_direction, ratio_upside_down), "upside down"),
         ((contraction_factor, slowest_direction, ratio_off_by_one), "off by one"),
+        ((contraction_factor, slowest_direction, ratio_squared), "squared distances"),
     ],
     "9.3": [
         ((sv_squared, gram_condition, solver_errors), "came out squared"),
@@ -764,8 +974,16 @@ MISTAKES = {
         ((stop_on_training, is_separable), "these are the training losses"),
         ((stop_one_early, is_separable), "one step early"),
         ((stop_without_quarter, is_separable), "4 times too small"),
+        ((stop_on_sum, is_separable), "the sum of the losses"),
         ((stop_index, is_separable), "position of the best checkpoint"),
         ((ref_early_stopping, separable_default_bounds), "default bounds"),
         ((ref_early_stopping, separable_without_labels), "signs 2 y_i - 1"),
     ],
+    "9.5": [
+        (guess_zero, "far too low"),
+        (guess_one, "too high"),
+        (guess_test_r2, "rows it has not seen"),
+        (guess_half, "off by more than"),
+    ],
+    "9.6": [(m, fb.split(":")[0]) for m, fb in _PATH_MISTAKES],
 }

@@ -1,11 +1,16 @@
 """Checks of the exercises of chapter 14 (neural networks from scratch).
 
 The references are independent of the reader's answer and of the gradients of :mod:`mlbook.nn.mlp`:
-float64 autograd through ``F.cross_entropy`` for the input gradient, full-batch gradient descent
-driven by autograd (all starting points trained at once) for XOR, the variances of the three
+float64 autograd through ``F.cross_entropy`` for the input gradient and for the gradients of a deep
+network, full-batch gradient descent driven by autograd for XOR, the variances of the three
 initialisations written out and the layers multiplied out by hand for the gains, and an exact count
 of slope changes between neighbouring candidate kinks for the linear pieces. ``mlp.init_mlp`` and
-``mlp.init_layers`` only supply the random starting weights that the exercises prescribe.
+``mlp.init_layers`` only supply the random starting weights that the exercises prescribe, and
+``mlp.train`` runs the experiment of the prediction exercise.
+
+Each typical wrong answer is written once, as a function of the exercise's arguments computed from
+those references; a check passes the ones it names to ``expect_answer(wrong=...)``, and
+``MISTAKES`` lists them (with the reference answers of the other functions) for the tests.
 """
 
 from __future__ import annotations
@@ -15,10 +20,33 @@ import torch
 import torch.nn.functional as F
 
 from ...nn import mlp
-from . import as_tensor, attempt, exercise, expect, expect_answer
+from ..check import fmt
+from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer, is_close
 from . import reference_answer as _ref
 
 F64 = torch.float64
+
+
+def _named(mistakes, *args) -> dict:
+    """{feedback: the wrong answer at ``args``} for the mistakes a check names."""
+    return {feedback: wrong(*args) for wrong, feedback in mistakes}
+
+
+def _expect_lazily(got, want, what, wrong, *, atol, rtol):
+    """``expect_answer``, building the named wrong answers (``wrong()``, costly here: each one
+    retrains or rebuilds a network) only when the answer is not right."""
+    g, w = as_tensor(got, what), as_tensor(want, "the reference")
+    if (
+        g.shape == w.shape
+        and bool(torch.isfinite(g).all())
+        and is_close(g, w, atol=atol, rtol=rtol)
+    ):
+        return g
+    return expect_answer(g, w, what, wrong=wrong(), atol=atol, rtol=rtol)
+
+
+def _logits(p, X):
+    return F.relu(X @ p["W1"] + p["b1"]) @ p["W2"] + p["b2"]
 
 
 # --- 14.1 ---------------------------------------------------------------------------------------
@@ -33,6 +61,49 @@ def _random_params(D, H, K, gen):
     }
 
 
+def _input_grad_autograd(params, X, y):
+    Xr = X.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(F.cross_entropy(_logits(params, Xr), y), Xr)
+    return grad
+
+
+def _z2_bar(params, X, y):
+    P = torch.softmax(_logits(params, X), dim=1)
+    return (P - F.one_hot(y, P.shape[1]).to(F64)) / len(y)
+
+
+def input_grad_no_mask(params, X, y):
+    return _z2_bar(params, X, y) @ params["W2"].T @ params["W1"].T
+
+
+def input_grad_summed(params, X, y):
+    return _input_grad_autograd(params, X, y) * X.shape[0]
+
+
+def input_grad_flipped(params, X, y):
+    return -_input_grad_autograd(params, X, y)
+
+
+def input_grad_not_transposed(params, X, y):
+    Z1 = X @ params["W1"] + params["b1"]
+    return (_z2_bar(params, X, y) @ params["W2"].T * (Z1 > 0)) @ params["W1"]
+
+
+WRONG_14_1 = [
+    (
+        input_grad_no_mask,
+        "the ReLU mask is missing: a unit with Z1 <= 0 passes no gradient back, so "
+        "Z1_bar = H_bar * [Z1 > 0]",
+    ),
+    (
+        input_grad_summed,
+        "that is the gradient of the summed loss; eq. 14.2 is the mean over the batch "
+        "(output_grad divides by B)",
+    ),
+    (input_grad_flipped, "the sign is flipped: this is the direction that lowers the loss"),
+]
+
+
 @exercise("14.1", "input_grad")
 def input_grad(answer) -> str:
     """∂L/∂X of the two-layer ReLU network against float64 autograd, for three batch shapes."""
@@ -41,23 +112,11 @@ def input_grad(answer) -> str:
         p = _random_params(D, H, K, gen)
         X = torch.randn(B, D, generator=gen, dtype=F64)
         y = torch.randint(0, K, (B,), generator=gen)
-        Xr = X.clone().requires_grad_(True)
-        Z1 = Xr @ p["W1"] + p["b1"]
-        (ref,) = torch.autograd.grad(F.cross_entropy(F.relu(Z1) @ p["W2"] + p["b2"], y), Xr)
-        P = torch.softmax(F.relu(Z1.detach()) @ p["W2"] + p["b2"], dim=1)
-        Z2_bar = (P - F.one_hot(y, K).to(F64)) / B
-        unmasked = Z2_bar @ p["W2"].T @ p["W1"].T
         expect_answer(
             attempt(answer, {k: v.clone() for k, v in p.items()}, X.clone(), y.clone()),
-            ref,
+            _input_grad_autograd(p, X, y),
             f"input_grad(params, X, y) for B, D, H, K = {B}, {D}, {H}, {K}",
-            wrong={
-                "the ReLU mask is missing: a unit with Z1 <= 0 passes no gradient back, so "
-                "Z1_bar = H_bar * [Z1 > 0]": unmasked,
-                "that is the gradient of the summed loss; eq. 14.2 is the mean over the batch "
-                "(output_grad divides by B)": ref * B,
-                "the sign is flipped: this is the direction that lowers the loss": -ref,
-            },
+            wrong=_named(WRONG_14_1, p, X, y),
             atol=1e-12,
             rtol=1e-9,
         )
@@ -66,8 +125,8 @@ def input_grad(answer) -> str:
 
 # --- 14.2 ---------------------------------------------------------------------------------------
 
-_XOR_X = torch.tensor([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]], dtype=F64)
-_XOR_Y = torch.tensor([0, 1, 1, 0])
+XOR_X = torch.tensor([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]], dtype=F64)
+XOR_Y = torch.tensor([0, 1, 1, 0])
 _WIDTH = 8  # every network is trained padded to 8 units: a zero unit stays zero
 
 
@@ -75,8 +134,8 @@ def _train_all(starts, lrs, steps=300):
     """Full-batch gradient descent on the mean cross-entropy for many networks at once.
 
     starts: parameter dicts (hidden <= 8, padded with zero units, which receive no gradient);
-    lrs: one learning rate each. Returns the flat parameters of every network after each of the
-    last two steps: (2, N, 48) for steps - 1 and steps.
+    lrs: one learning rate each. Returns the flat parameters of every network after ``steps``
+    steps: (N, 48).
     """
 
     def pad(p):
@@ -92,17 +151,15 @@ def _train_all(starts, lrs, steps=300):
         torch.stack(t).requires_grad_(True) for t in zip(*map(pad, starts), strict=True)
     )
     rate = torch.tensor(lrs, dtype=F64)
-    n, snaps = len(starts), []
-    for step in range(steps):
-        logits = F.relu(_XOR_X @ W1 + b1[:, None]) @ W2 + b2[:, None]  # (N, 4, 2)
-        loss = F.cross_entropy(logits.reshape(-1, 2), _XOR_Y.repeat(n), reduction="sum") / 4
+    n = len(starts)
+    for _ in range(steps):
+        logits = F.relu(XOR_X @ W1 + b1[:, None]) @ W2 + b2[:, None]  # (N, 4, 2)
+        loss = F.cross_entropy(logits.reshape(-1, 2), XOR_Y.repeat(n), reduction="sum") / 4
         grads = torch.autograd.grad(loss, [W1, b1, W2, b2])
         with torch.no_grad():
             for t, g in zip((W1, b1, W2, b2), grads, strict=True):
                 t -= rate.reshape(-1, *[1] * (t.dim() - 1)) * g
-        if step >= steps - 2:
-            snaps.append(torch.cat([t.detach().reshape(n, -1) for t in (W1, b1, W2, b2)], 1))
-    return torch.stack(snaps)
+    return torch.cat([t.detach().reshape(n, -1) for t in (W1, b1, W2, b2)], 1)
 
 
 def _unpad(flat, hidden):
@@ -135,6 +192,61 @@ def _start(hidden, seed):
     return mlp.init_mlp(2, hidden, 2, generator=torch.Generator().manual_seed(seed))
 
 
+def train_xor_untrained(hidden, seed):
+    return _start(hidden, seed)
+
+
+def train_xor_small_lr(hidden, seed):
+    return _unpad(_train_all([_start(hidden, seed)], [0.1])[0], hidden)
+
+
+def train_xor_299(hidden, seed):
+    return _unpad(_train_all([_start(hidden, seed)], [1.0], steps=299)[0], hidden)
+
+
+WRONG_14_2_TRAIN = [
+    (train_xor_untrained, "these are the starting weights: train for 300 full-batch steps"),
+    (train_xor_small_lr, "the learning rate is 1.0, as in §14.7"),
+    (train_xor_299, "one step too few: train for 300 steps"),
+]
+
+
+def _corners_right(params):
+    return (_logits(params, XOR_X).argmax(1) == XOR_Y).to(F64)  # (4,)
+
+
+def solves_xor_accuracy(params):
+    return _corners_right(params).mean().item()
+
+
+def solves_xor_any(params):
+    return bool(_corners_right(params).sum() > 0)
+
+
+def solves_xor_majority(params):
+    return bool(_corners_right(params).sum() > 2)
+
+
+def solves_xor_string(params):
+    return "yes" if _corners_right(params).sum() == 4 else "no"
+
+
+WRONG_14_2_SOLVES = [
+    (
+        solves_xor_accuracy,
+        "that is the accuracy; return True only if all four corners are right",
+    ),
+    (
+        solves_xor_any,
+        "one right corner is not enough: all four must be classified correctly",
+    ),
+    (
+        solves_xor_majority,
+        "a majority of corners is not enough: all four must be classified correctly",
+    ),
+]
+
+
 def _built_xor_nets():
     """Four built networks: 4, 0, 2 and 1 of the four corners right."""
     t = lambda v: torch.tensor(v, dtype=F64)  # noqa: E731
@@ -152,35 +264,23 @@ def _built_xor_nets():
 
 @exercise("14.2", "train_xor", "solves_xor")
 def xor_width(train_xor, solves_xor) -> str:
-    """train_xor against gradient descent on autograd's gradients; solves_xor on 20 networks."""
+    """train_xor against gradient descent on autograd's gradients; solves_xor on 24 networks."""
     runs = [(h, s) for h in (2, 8) for s in range(10)]
-    probes = [(2, 0), (8, 7)]  # one success and one failure
-    starts = [_start(h, s) for h, s in runs] + [_start(h, s) for h, s in probes]
-    snaps = _train_all(starts, [1.0] * len(runs) + [0.1] * len(probes))
-    trained = [_unpad(snaps[1, i], h) for i, (h, _) in enumerate(runs)]
+    final = _train_all([_start(h, s) for h, s in runs], [1.0] * len(runs))
+    trained = [_unpad(final[i], h) for i, (h, _) in enumerate(runs)]
 
-    for j, (h, s) in enumerate(probes):
-        i = runs.index((h, s))
-        got = _flat_params(attempt(train_xor, h, s), f"train_xor({h}, {s})", h)
-        expect_answer(
-            got,
-            _flat(trained[i]),
+    for h, s in [(2, 0), (8, 7)]:  # one success and one failure
+        _expect_lazily(
+            _flat_params(attempt(train_xor, h, s), f"train_xor({h}, {s})", h),
+            _flat(trained[runs.index((h, s))]),
             f"train_xor({h}, {s}) (all parameters)",
-            wrong={
-                "these are the starting weights: train for 300 full-batch steps": _flat(
-                    _start(h, s)
-                ),
-                "the learning rate is 1.0, as in §14.6": _flat(_unpad(snaps[1, len(runs) + j], h)),
-                "one step too few: train for 300 steps": _flat(_unpad(snaps[0, i], h)),
-            },
+            lambda h=h, s=s: {fb: _flat(f(h, s)) for f, fb in WRONG_14_2_TRAIN},
             atol=1e-8,
             rtol=1e-6,
         )
 
     nets = trained + _built_xor_nets()
-    logits = [F.relu(_XOR_X @ p["W1"] + p["b1"]) @ p["W2"] + p["b2"] for p in nets]
-    correct = torch.stack([(z.argmax(1) == _XOR_Y).to(F64) for z in logits])  # (24, 4)
-    ref = (correct.sum(1) == 4).to(F64)
+    ref = torch.stack([(_corners_right(p).sum() == 4).to(F64) for p in nets])  # (24,)
     answers = []
     for p in nets:
         value = attempt(solves_xor, {k: v.clone() for k, v in p.items()})
@@ -195,15 +295,7 @@ def xor_width(train_xor, solves_xor) -> str:
         answers,
         ref,
         "solves_xor for 20 trained and 4 built networks (as 1 = True, 0 = False)",
-        wrong={
-            "that is the accuracy; return True only if all four corners are right": correct.mean(1),
-            "one right corner is not enough: all four must be classified correctly": (
-                correct.sum(1) > 0
-            ).to(F64),
-            "a majority of corners is not enough: all four must be classified correctly": (
-                correct.sum(1) > 2
-            ).to(F64),
-        },
+        wrong={fb: [float(f(p)) for p in nets] for f, fb in WRONG_14_2_SOLVES},
         atol=0,
         rtol=0,
     )
@@ -225,30 +317,91 @@ _VAR = {
 _ALTERNATING = [64] + [256, 64] * 10  # 20 layers
 
 
-def _gain(widths, scheme, fan):
-    factors = [fan(a, b) * _VAR[scheme](a, b) for a, b in zip(widths[:-1], widths[1:], strict=True)]
-    return torch.tensor(factors, dtype=F64).prod().item(), factors
+def _factors(widths, scheme, fan=lambda a, b: a):
+    return [fan(a, b) * _VAR[scheme](a, b) for a, b in zip(widths[:-1], widths[1:], strict=True)]
+
+
+def _gain(widths, scheme):
+    return torch.tensor(_factors(widths, scheme), dtype=F64).prod().item()
+
+
+def predicted_fan_out(widths, scheme):
+    return torch.tensor(_factors(widths, scheme, lambda a, b: b), dtype=F64).prod().item()
+
+
+def predicted_std(widths, scheme):
+    return _gain(widths, scheme) ** 0.5
+
+
+def predicted_first_layer(widths, scheme):
+    return _factors(widths, scheme)[0]
+
+
+WRONG_14_3_PREDICTED = [
+    (
+        predicted_fan_out,
+        "a unit sums n_in products w x: each layer multiplies E[z²] by n_in Var[w], not "
+        "n_out Var[w]",
+    ),
+    (
+        predicted_std,
+        "that is the factor of the standard deviation; E[z²] is multiplied by its square",
+    ),
+    (predicted_first_layer, "that is the first layer only: multiply the factors of all layers"),
+]
+
+
+def _multiplied_out(widths, scheme, x, generator, relu=False):
+    """The prescribed random layers applied by hand: z_l = z_{l-1} W_l + b_l."""
+    layers = mlp.init_layers(widths, scheme, generator=generator)
+    z = x
+    for i, (W, b) in enumerate(layers):
+        z = z @ W + b  # (B, n_l)
+        if relu and i < len(layers) - 1:
+            z = z.clamp_min(0)
+    return z
+
+
+def _ratio(z, x):
+    return (z.pow(2).mean() / x.pow(2).mean()).item()
+
+
+def measured_with_relu(widths, scheme, x, generator):
+    return _ratio(_multiplied_out(widths, scheme, x, generator, relu=True), x)
+
+
+def measured_not_normalised(widths, scheme, x, generator):
+    return _multiplied_out(widths, scheme, x, generator).pow(2).mean().item()
+
+
+def measured_std_ratio(widths, scheme, x, generator):
+    return _ratio(_multiplied_out(widths, scheme, x, generator), x) ** 0.5
+
+
+WRONG_14_3_MEASURED = [
+    (measured_with_relu, "this network is linear: no ReLU between the layers"),
+    (
+        measured_not_normalised,
+        "divide by the mean of x² over all entries: the gain is a ratio",
+    ),
+    (
+        measured_std_ratio,
+        "that is the ratio of standard deviations; the gain is the ratio of the means of squares",
+    ),
+]
 
 
 @exercise("14.3", "predicted_gain", "measured_gain")
 def gain(predicted, measured) -> str:
     """The predicted gain ∏ n_in Var[w] from the schemes' variances; the measured gain by hand."""
     for widths in ([10, 40, 20, 5], _ALTERNATING, [3, 7]):
+        name = "alternating 64/256" if len(widths) > 6 else str(widths)
         for scheme in ("xavier", "lecun", "he"):
-            want, factors = _gain(widths, scheme, lambda a, b: a)
-            by_out, _ = _gain(widths, scheme, lambda a, b: b)
             expect_answer(
                 attempt(predicted, list(widths), scheme),
-                want,
-                f"predicted_gain({widths if len(widths) < 6 else 'alternating 64/256'}, "
-                f"{scheme!r})",
-                wrong={
-                    "a unit sums n_in products w x: each layer multiplies E[z²] by n_in Var[w], "
-                    "not n_out Var[w]": by_out,
-                    "that is the factor of the standard deviation; E[z²] is multiplied by its "
-                    "square": want**0.5,
-                    "that is the first layer only: multiply the factors of all layers": factors[0],
-                },
+                _gain(widths, scheme),
+                f"predicted_gain({name}, {scheme!r})",
+                wrong=_named(WRONG_14_3_PREDICTED, widths, scheme),
                 atol=0,
                 rtol=1e-9,
             )
@@ -256,37 +409,20 @@ def gain(predicted, measured) -> str:
     cases = [([5, 9, 3], "he", 7), (_ALTERNATING, "xavier", 512), (_ALTERNATING, "lecun", 512)]
     for k, (widths, scheme, B) in enumerate(cases):
         x = torch.randn(B, widths[0], generator=torch.Generator().manual_seed(143 + k), dtype=F64)
-        layers = mlp.init_layers(widths, scheme, generator=torch.Generator().manual_seed(k))
-        z = x
-        for W, b in layers:
-            z = z @ W + b  # (B, n_l), linear
-        want = (z.pow(2).mean() / x.pow(2).mean()).item()
-        wrong = {
-            "divide by the mean of x² over all entries: the gain is a ratio": z.pow(2)
-            .mean()
-            .item(),
-            "that is the ratio of standard deviations; the gain is the ratio of the means "
-            "of squares": want**0.5,
-        }
-        if k == 0:  # the small network names the ReLU
-            a = x
-            for i, (W, b) in enumerate(layers):
-                a = a @ W + b
-                a = a.clamp_min(0) if i < len(layers) - 1 else a
-            wrong["this network is linear: no ReLU between the layers"] = (
-                a.pow(2).mean() / x.pow(2).mean()
-            ).item()
         name = "alternating 64/256" if len(widths) > 6 else str(widths)
-        got = expect_answer(
-            attempt(measured, list(widths), scheme, x.clone(), torch.Generator().manual_seed(k)),
-            want,
+        fresh = lambda k=k: torch.Generator().manual_seed(k)  # noqa: E731  the prescribed weights
+        got = _expect_lazily(
+            attempt(measured, list(widths), scheme, x.clone(), fresh()),
+            _ratio(_multiplied_out(widths, scheme, x, fresh()), x),
             f"measured_gain({name}, {scheme!r}, x of shape {tuple(x.shape)})",
-            wrong=wrong,
+            lambda w=widths, sc=scheme, x=x, fresh=fresh: {
+                fb: f(w, sc, x, fresh()) for f, fb in WRONG_14_3_MEASURED
+            },
             atol=0,
             rtol=1e-9,
         )
         if len(widths) > 6:
-            ratio = float(got) / _gain(widths, scheme, lambda a, b: a)[0]
+            ratio = float(got) / _gain(widths, scheme)
             expect(
                 0.5 < ratio < 2.0,
                 f"the measured gain for {scheme} should lie within a factor 2 of the prediction",
@@ -336,193 +472,12 @@ def _count(answer, p, lo, hi, what):
     return float(n)
 
 
-@exercise("14.4", "predicted_pieces")
-def pieces(answer) -> str:
-    """Pieces from the kinks vs an exact count of slope changes, random and built networks."""
-    gen = torch.Generator().manual_seed(144)
-    lo, hi = -2.0, 5.0
-    nets = [
-        {
-            "W1": torch.randn(1, 10, generator=gen, dtype=F64),
-            "b1": torch.randn(10, generator=gen, dtype=F64),
-            "W2": torch.randn(10, 1, generator=gen, dtype=F64),
-            "b2": torch.randn(1, generator=gen, dtype=F64),
-        }
-        for _ in range(20)
-    ]
-    want = [_exact_pieces(p, lo, hi) for p in nets]
-    got = [_count(answer, p, lo, hi, "predicted_pieces(params, -2, 5)") for p in nets]
-    flipped = [
-        1 + int(((p["b1"] / p["W1"][0] > lo) & (p["b1"] / p["W1"][0] < hi)).sum()) for p in nets
-    ]
-    expect_answer(
-        got,
-        want,
-        "predicted_pieces for 20 random networks with H = 10 on [-2, 5]",
-        wrong={
-            "H + 1 is the most a network can have; count only the kinks inside [lo, hi]": [11]
-            * len(nets),
-            "that is the number of kinks; the pieces are one more": [n - 1 for n in want],
-            "the kink of max(0, w x + b) is at x = -b/w, not b/w": flipped,
-        },
-        atol=0,
-        rtol=0,
-    )
-
-    built = [
-        (
-            "two units sharing the kink 0.5 bend the function once",
-            _net([1.0, 2.0, -1.0], [-0.5, -1.0, 4.0], [1.0, 1.0, 1.5]),
-            1,
-        ),
-        (
-            "a unit with output weight 0 bends nothing",
-            _net([1.0, 1.0, -2.0], [1.0, -0.5, -3.0], [0.0, 1.0, -1.0]),
-            1,
-        ),
-        (
-            "a unit with input weight 0 is a constant and bends nothing",
-            _net([0.0, 1.0, 1.0], [0.3, -0.5, -9.0], [1.0, 1.0, 1.0]),
-            0,
-        ),
-    ]
-    for feedback, p, extra in built:
-        n = _exact_pieces(p, lo, hi)
-        value = _count(answer, p, lo, hi, "predicted_pieces(params, -2, 5)")
-        expect_answer(
-            value,
-            n,
-            "predicted_pieces for a network built by hand",
-            wrong={feedback: n + extra} if extra else None,
-            atol=0,
-            rtol=0,
-        )
-    return (
-        "1 + the kinks inside [lo, hi] matches an exact count of slope changes for 20 random "
-        "networks and 3 built ones (shared kink, zero weights, kinks outside)"
-    )
-
-
-# Typical wrong answers (one place: the tests build each and check that it is rejected with
-# its feedback) ---------------------------------------------------------------------
-
-
-XOR_X = torch.tensor([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
-XOR_Y = torch.tensor([0, 1, 1, 0])
-
-
-# --- 14.1
-
-
-def input_grad_no_mask(params, X, y):
-    logits, cache = mlp.forward(params, X)
-    H_bar = mlp.output_grad(logits, y) @ params["W2"].T
-    return H_bar @ params["W1"].T
-
-
-def input_grad_summed(params, X, y):
-    return _ref("14.1", "input_grad")(params, X, y) * X.shape[0]
-
-
-def input_grad_flipped(params, X, y):
-    return -_ref("14.1", "input_grad")(params, X, y)
-
-
-def input_grad_not_transposed(params, X, y):
-    logits, cache = mlp.forward(params, X)
-    H_bar = mlp.output_grad(logits, y) @ params["W2"].T
-    return (H_bar * (cache["Z1"] > 0)) @ params["W1"]
-
-
-# --- 14.2
-
-
-ref_train_xor = _ref("14.2", "train_xor")
-ref_solves_xor = _ref("14.2", "solves_xor")
-
-
-def train_xor_untrained(hidden, seed):
-    return mlp.init_mlp(2, hidden, 2, generator=torch.Generator().manual_seed(seed))
-
-
-def train_xor_small_lr(hidden, seed):
-    start = train_xor_untrained(hidden, seed)
-    return mlp.train(start, XOR_X, XOR_Y, lr=0.1, epochs=300)[0]
-
-
-def train_xor_299(hidden, seed):
-    start = train_xor_untrained(hidden, seed)
-    return mlp.train(start, XOR_X, XOR_Y, lr=1.0, epochs=299)[0]
-
-
-def solves_xor_accuracy(params):
-    return mlp.accuracy(params, XOR_X, XOR_Y)
-
-
-def solves_xor_any(params):
-    return bool((mlp.predict(params, XOR_X) == XOR_Y).any())
-
-
-def solves_xor_majority(params):
-    return mlp.accuracy(params, XOR_X, XOR_Y) > 0.5
-
-
-def solves_xor_string(params):
-    return "yes" if mlp.accuracy(params, XOR_X, XOR_Y) == 1.0 else "no"
-
-
-# --- 14.3
-
-
-ref_predicted = _ref("14.3", "predicted_gain")
-ref_measured = _ref("14.3", "measured_gain")
-
-
-def predicted_fan_out(widths, scheme):
-    gain = 1.0
-    for n_in, n_out in zip(widths[:-1], widths[1:], strict=True):
-        gain *= n_out * mlp.init_std(n_in, n_out, scheme) ** 2
-    return gain
-
-
-def predicted_std(widths, scheme):
-    gain = 1.0
-    for n_in, n_out in zip(widths[:-1], widths[1:], strict=True):
-        gain *= (n_in * mlp.init_std(n_in, n_out, scheme) ** 2) ** 0.5
-    return gain
-
-
-def predicted_first_layer(widths, scheme):
-    return widths[0] * mlp.init_std(widths[0], widths[1], scheme) ** 2
-
-
-def measured_with_relu(widths, scheme, x, generator):
-    layers = mlp.init_layers(widths, scheme, generator=generator)
-    out, _ = mlp.deep_forward(x, layers, activation="relu")
-    return (out.pow(2).mean() / x.pow(2).mean()).item()
-
-
-def measured_not_normalised(widths, scheme, x, generator):
-    layers = mlp.init_layers(widths, scheme, generator=generator)
-    out, _ = mlp.deep_forward(x, layers, activation="linear")
-    return out.pow(2).mean().item()
-
-
-def measured_std_ratio(widths, scheme, x, generator):
-    layers = mlp.init_layers(widths, scheme, generator=generator)
-    out, _ = mlp.deep_forward(x, layers, activation="linear")
-    return (out.pow(2).mean().sqrt() / x.pow(2).mean().sqrt()).item()  # RMS ratio
-
-
-# --- 14.4
-
-
 def pieces_all_units(params, lo, hi):
     return params["W1"].shape[1] + 1
 
 
 def pieces_kinks_only(params, lo, hi):
-    return _ref("14.4", "predicted_pieces")(params, lo, hi) - 1
+    return _exact_pieces(params, lo, hi) - 1
 
 
 def pieces_sign_flipped(params, lo, hi):
@@ -543,35 +498,290 @@ def pieces_ignores_output_weight(params, lo, hi):
     return 1 + int(((kinks > lo) & (kinks < hi)).sum())
 
 
+WRONG_14_4_RANDOM = [
+    (
+        pieces_all_units,
+        "H + 1 is the most a network can have; count only the kinks inside [lo, hi]",
+    ),
+    (pieces_kinks_only, "that is the number of kinks; the pieces are one more"),
+    (pieces_sign_flipped, "the kink of max(0, w x + b) is at x = -b/w, not b/w"),
+]
+WRONG_14_4_BUILT = [
+    (pieces_counts_shared_twice, "two units sharing the kink 0.5 bend the function once"),
+    (pieces_ignores_output_weight, "a unit with output weight 0 bends nothing"),
+]
+
+
+@exercise("14.4", "predicted_pieces")
+def pieces(answer) -> str:
+    """Pieces from the kinks vs an exact count of slope changes, random and built networks."""
+    gen = torch.Generator().manual_seed(144)
+    lo, hi = -2.0, 5.0
+    nets = [
+        {
+            "W1": torch.randn(1, 10, generator=gen, dtype=F64),
+            "b1": torch.randn(10, generator=gen, dtype=F64),
+            "W2": torch.randn(10, 1, generator=gen, dtype=F64),
+            "b2": torch.randn(1, generator=gen, dtype=F64),
+        }
+        for _ in range(20)
+    ]
+    expect_answer(
+        [_count(answer, p, lo, hi, "predicted_pieces(params, -2, 5)") for p in nets],
+        [_exact_pieces(p, lo, hi) for p in nets],
+        "predicted_pieces for 20 random networks with H = 10 on [-2, 5]",
+        wrong={fb: [f(p, lo, hi) for p in nets] for f, fb in WRONG_14_4_RANDOM},
+        atol=0,
+        rtol=0,
+    )
+    built = [
+        _net([1.0, 2.0, -1.0], [-0.5, -1.0, 4.0], [1.0, 1.0, 1.5]),  # two units share a kink
+        _net([1.0, 1.0, -2.0], [1.0, -0.5, -3.0], [0.0, 1.0, -1.0]),  # an output weight 0
+        _net([0.0, 1.0, 1.0], [0.3, -0.5, -9.0], [1.0, 1.0, 1.0]),  # an input weight 0, a kink out
+    ]
+    for p in built:
+        n = _exact_pieces(p, lo, hi)
+        named = {fb: v for fb, v in _named(WRONG_14_4_BUILT, p, lo, hi).items() if v != n}
+        expect_answer(
+            _count(answer, p, lo, hi, "predicted_pieces(params, -2, 5)"),
+            n,
+            "predicted_pieces for a network built by hand",
+            wrong=named,
+            atol=0,
+            rtol=0,
+        )
+    return (
+        "1 + the kinks inside [lo, hi] matches an exact count of slope changes for 20 random "
+        "networks and 3 built ones (shared kink, zero weights, kinks outside)"
+    )
+
+
+# --- 14.5 ---------------------------------------------------------------------------------------
+
+_PERMUTE_OPTIONS = ("chance", "lower", "same")
+
+
+def _digits():
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()  # ships with scikit-learn
+    X = torch.tensor(digits.data / 16.0, dtype=F64)  # (1797, 64)
+    y = torch.tensor(digits.target)
+    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
+    n = int(0.8 * len(y))
+    return X[perm[:n]], y[perm[:n]], X[perm[n:]], y[perm[n:]]
+
+
+def _permuted_pixels_experiment():
+    """Test accuracies after 3 epochs, and the largest difference of the test logits: original
+    pixels, and pixels shuffled by one fixed permutation with the first layer's rows shuffled the
+    same way."""
+    X_tr, y_tr, X_te, y_te = _digits()
+    pixels = torch.randperm(64, generator=torch.Generator().manual_seed(145))
+    start = mlp.init_mlp(64, 32, 10, generator=torch.Generator().manual_seed(0))
+    matched = {**start, "W1": start["W1"][pixels]}  # row d of W1 reads pixel d
+    accs, logits = [], []
+    for p0, cols in [(start, slice(None)), (matched, pixels)]:
+        trained, _ = mlp.train(
+            p0,
+            X_tr[:, cols],
+            y_tr,
+            lr=0.2,
+            epochs=3,
+            batch_size=64,
+            generator=torch.Generator().manual_seed(1),
+        )
+        accs.append(mlp.accuracy(trained, X_te[:, cols], y_te))
+        logits.append(mlp.forward(trained, X_te[:, cols])[0])
+    return accs[0], accs[1], (logits[0] - logits[1]).abs().max().item()
+
+
+def guess_chance():
+    return "chance"
+
+
+def guess_lower():
+    return "lower"
+
+
+WRONG_14_5 = [
+    (
+        guess_chance,
+        "a person cannot read the scrambled digits, but the MLP never used the pixels' "
+        "neighbourhood: its first layer sums W1[d, j] x_d over all pixels d in any order, so "
+        "shuffling the pixels only shuffles the rows of W1",
+    ),
+    (
+        guess_lower,
+        "not even a little: with the rows of W1 shuffled the same way, the two networks compute "
+        "the same function at every step of training",
+    ),
+]
+
+
+@exercise("14.5", "predict_permuted_pixels")
+def permuted_pixels(predict) -> str:
+    """The reader's guess of the test accuracy on shuffled pixels vs the measured accuracies."""
+    guess = attempt(predict)
+    expect(
+        isinstance(guess, str) and guess in _PERMUTE_OPTIONS,
+        f"predict_permuted_pixels() should return one of {_PERMUTE_OPTIONS}, got {guess!r}",
+    )
+    original, shuffled, gap = _permuted_pixels_experiment()
+    expect(gap < 1e-9, "the experiment: matched starts should give the same network")
+    reveal = (
+        f"test accuracy after 3 epochs: {fmt(original, 3)} on the original pixels and "
+        f"{fmt(shuffled, 3)} on the shuffled ones, with W1's rows shuffled alike at the start, and "
+        "the same test logits to rounding; a different random start would change the accuracy "
+        "only as any two random starts do"
+    )
+    for wrong, feedback in WRONG_14_5:
+        if guess == wrong():
+            raise Incorrect(f"predict_permuted_pixels(): {feedback} ({reveal})")
+    return f"right: {reveal}; an MLP has no notion of which pixels are neighbours"
+
+
+# --- 14.6 ---------------------------------------------------------------------------------------
+
+
+def _deep_autograd(layers, X, y, relu_on_logits=False, reduction="mean"):
+    """(loss, [W_1_bar, b_1_bar, ...]) of a deep ReLU network by float64 autograd."""
+    leaves = [t.clone().requires_grad_(True) for W, b in layers for t in (W, b)]
+    A = X
+    for i in range(len(layers)):
+        A = A @ leaves[2 * i] + leaves[2 * i + 1]
+        if i < len(layers) - 1 or relu_on_logits:
+            A = F.relu(A)
+    loss = F.cross_entropy(A, y, reduction=reduction)
+    return loss.detach(), [g for g in torch.autograd.grad(loss, leaves)]
+
+
+def _flat_deep(loss, grads):
+    return torch.cat([loss.reshape(1)] + [g.reshape(-1) for g in grads])
+
+
+def _deep_no_mask(layers, X, y):
+    """The backward pass without the ReLU masks (the forward pass is right)."""
+    loss, _ = _deep_autograd(layers, X, y)
+    acts = [X]
+    for i, (W, b) in enumerate(layers):
+        Z = acts[-1] @ W + b
+        acts.append(F.relu(Z) if i < len(layers) - 1 else Z)
+    Z_bar = (torch.softmax(acts[-1], 1) - F.one_hot(y, acts[-1].shape[1]).to(F64)) / len(y)
+    grads = []
+    for i in reversed(range(len(layers))):
+        grads = [acts[i].T @ Z_bar, Z_bar.sum(0)] + grads
+        Z_bar = Z_bar @ layers[i][0].T
+    return loss, grads
+
+
+def deep_no_mask(layers, X, y):
+    loss, grads = _deep_no_mask(layers, X, y)
+    return loss, [(grads[2 * i], grads[2 * i + 1]) for i in range(len(layers))]
+
+
+def deep_summed(layers, X, y):
+    loss, grads = _deep_autograd(layers, X, y, reduction="sum")
+    return loss / len(y), [(grads[2 * i], grads[2 * i + 1]) for i in range(len(layers))]
+
+
+def deep_relu_on_logits(layers, X, y):
+    loss, grads = _deep_autograd(layers, X, y, relu_on_logits=True)
+    return loss, [(grads[2 * i], grads[2 * i + 1]) for i in range(len(layers))]
+
+
+def deep_reversed(layers, X, y):
+    loss, grads = _deep_autograd(layers, X, y)
+    return loss, [(grads[2 * i], grads[2 * i + 1]) for i in reversed(range(len(layers)))]
+
+
+WRONG_14_6 = [
+    (
+        deep_no_mask,
+        "the ReLU masks are missing: below each hidden layer Z_bar = A_bar * [Z > 0]",
+    ),
+    (
+        deep_summed,
+        "the gradients are those of the summed loss; the loss is the mean over the batch, so "
+        "Z_L_bar = (P - Y) / B",
+    ),
+    (
+        deep_relu_on_logits,
+        "there is no ReLU after the last layer: the logits Z_L go straight into the softmax",
+    ),
+]
+
+
+def _deep_answer(value, what, layers):
+    expect(
+        isinstance(value, (tuple, list)) and len(value) == 2,
+        f"{what} should return a pair (loss, grads)",
+    )
+    loss, grads = value
+    expect(
+        isinstance(grads, (tuple, list)) and len(grads) == len(layers),
+        f"{what}: grads should be a list of {len(layers)} pairs (W_bar, b_bar), one per layer",
+    )
+    parts = [as_tensor(loss, f"the loss of {what}", ())]
+    for i, ((W, b), g) in enumerate(zip(layers, grads, strict=True)):
+        expect(
+            isinstance(g, (tuple, list)) and len(g) == 2,
+            f"{what}: grads[{i}] should be a pair (W_bar, b_bar)",
+        )
+        parts.append(as_tensor(g[0], f"W_bar of layer {i + 1} of {what}", tuple(W.shape)))
+        parts.append(as_tensor(g[1], f"b_bar of layer {i + 1} of {what}", tuple(b.shape)))
+    return torch.cat([p.reshape(-1) for p in parts])
+
+
+@exercise("14.6", "deep_loss_and_grads")
+def deep_loss_and_grads(answer) -> str:
+    """The loss and every gradient of a deep ReLU network vs float64 autograd, 4 architectures."""
+    gen = torch.Generator().manual_seed(146)
+    for widths, B in [([5, 3], 6), ([6, 8, 4], 10), ([4, 7, 7, 7, 3], 9), ([3, 16, 2], 1)]:
+        layers = [
+            (
+                torch.randn(a, b, generator=gen, dtype=F64) / a**0.5,
+                0.2 * torch.randn(b, generator=gen, dtype=F64),
+            )
+            for a, b in zip(widths[:-1], widths[1:], strict=True)
+        ]
+        X = torch.randn(B, widths[0], generator=gen, dtype=F64)
+        y = torch.randint(0, widths[-1], (B,), generator=gen)
+        what = f"deep_loss_and_grads for widths {widths}, B = {B}"
+        copy = [(W.clone(), b.clone()) for W, b in layers]
+        expect_answer(
+            _deep_answer(attempt(answer, copy, X.clone(), y.clone()), what, layers),
+            _flat_deep(*_deep_autograd(layers, X, y)),
+            what,
+            wrong={
+                fb: _flat_deep(loss, [t for pair in grads for t in pair])
+                for fb, (loss, grads) in _named(WRONG_14_6, layers, X, y).items()
+            },
+            atol=1e-12,
+            rtol=1e-9,
+        )
+    return (
+        "the loss and the gradients of every layer match float64 autograd for 4 networks "
+        "(1 to 4 layers, B = 1 to 10)"
+    )
+
+
+# Typical wrong answers (one place: the tests build each and check that it is rejected with
+# its feedback) ---------------------------------------------------------------------
+
+ref_train_xor = _ref("14.2", "train_xor")
+ref_solves_xor = _ref("14.2", "solves_xor")
+ref_predicted = _ref("14.3", "predicted_gain")
+ref_measured = _ref("14.3", "measured_gain")
+
 MISTAKES = {
-    "14.1": [
-        (input_grad_no_mask, "ReLU mask is missing"),
-        (input_grad_summed, "summed loss"),
-        (input_grad_flipped, "sign is flipped"),
-        (input_grad_not_transposed, "raised RuntimeError"),
-    ],
-    "14.2": [
-        ((train_xor_untrained, ref_solves_xor), "starting weights"),
-        ((train_xor_small_lr, ref_solves_xor), "learning rate is 1.0"),
-        ((train_xor_299, ref_solves_xor), "one step too few"),
-        ((ref_train_xor, solves_xor_accuracy), "that is the accuracy"),
-        ((ref_train_xor, solves_xor_any), "one right corner is not enough"),
-        ((ref_train_xor, solves_xor_majority), "a majority of corners"),
-        ((ref_train_xor, solves_xor_string), "should return True or False"),
-    ],
-    "14.3": [
-        ((predicted_fan_out, ref_measured), "not n_out Var[w]"),
-        ((predicted_std, ref_measured), "factor of the standard deviation"),
-        ((predicted_first_layer, ref_measured), "first layer only"),
-        ((ref_predicted, measured_with_relu), "no ReLU"),
-        ((ref_predicted, measured_not_normalised), "divide by the mean of x²"),
-        ((ref_predicted, measured_std_ratio), "ratio of standard deviations"),
-    ],
-    "14.4": [
-        (pieces_all_units, "count only the kinks inside"),
-        (pieces_kinks_only, "the pieces are one more"),
-        (pieces_sign_flipped, "-b/w, not b/w"),
-        (pieces_counts_shared_twice, "sharing the kink"),
-        (pieces_ignores_output_weight, "output weight 0"),
-    ],
+    "14.1": WRONG_14_1 + [(input_grad_not_transposed, "raised RuntimeError")],
+    "14.2": [((f, ref_solves_xor), fb) for f, fb in WRONG_14_2_TRAIN]
+    + [((ref_train_xor, f), fb) for f, fb in WRONG_14_2_SOLVES]
+    + [((ref_train_xor, solves_xor_string), "should return True or False")],
+    "14.3": [((f, ref_measured), fb) for f, fb in WRONG_14_3_PREDICTED]
+    + [((ref_predicted, f), fb) for f, fb in WRONG_14_3_MEASURED],
+    "14.4": WRONG_14_4_RANDOM + WRONG_14_4_BUILT,
+    "14.5": WRONG_14_5,
+    "14.6": WRONG_14_6 + [(deep_reversed, "should have shape")],
 }
