@@ -184,7 +184,8 @@ def test_student_version_has_stubs_and_checks_but_no_solution(built, path):
         if not any(i in (e.solution, *e.answers) for e in exercises)
     )
     for ex in exercises:
-        assert f"**Exercise {ex.id}.**" in s_text
+        tier = f" · {ex.tier}" if ex.tier else ""
+        assert f"**Exercise {ex.id}{tier}.**" in s_text
         assert f'check_exercise("{ex.id}"' in s_text
         written = text(book["cells"][ex.solution]).split("```", 2)[2].strip()
         for paragraph in written.split("\n\n"):

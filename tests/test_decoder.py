@@ -807,3 +807,23 @@ def test_counting_bad_input():
         counting.measure_training_flops(lambda t: t, tokens(1, 3))
     with pytest.raises(ValueError, match="tokens must have 2 axes"):
         counting.measure_training_flops(build(cfg), torch.zeros(3, dtype=torch.long))
+
+
+@pytest.mark.parametrize("norm", ["rms", "layer"])
+def test_norm_of_float16_activations_above_256_matches_float32(norm):
+    # Residual streams reach |x| in the hundreds; float16 squares overflow from |x| = 256 on, so
+    # the norm accumulates in float32 (a same-dtype computation returned zero rows).
+    cfg = config(norm=norm, d_model=32)
+    n16, n32 = decoder.Norm(cfg, dtype=torch.float16), decoder.Norm(cfg, dtype=torch.float32)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for n in (n16, n32):
+            n.weight.fill_(1.5)
+            if n.bias is not None:
+                n.bias.fill_(0.25)
+    x = (torch.randn(2, 3, 32, generator=gen) * 600).half()
+    out = n16(x)
+    assert out.dtype == torch.float16
+    ref = n32(x.float())
+    assert ref.abs().max() > 1
+    torch.testing.assert_close(out.float(), ref, atol=1e-5, rtol=2**-10)

@@ -1,5 +1,7 @@
 """mlbook.architectures.linear_attention against references: SDPA, autograd, explicit sums."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -8,6 +10,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from mlbook.architectures import linear_attention as la
 
 TOL = {torch.float64: 1e-12, torch.float32: 1e-5}
+f64 = torch.float64
 
 
 def qkv(shape=(2, 3, 37, 8), dv=5, dtype=torch.float64, seed=0):
@@ -146,3 +149,35 @@ def test_empty_sequence_raises():
     q, k, v = qkv((5, 4), dv=3)
     with pytest.raises(ValueError, match="q must not be empty"):
         la.linear_attention_recurrent(q[:0], k[:0], v[:0])
+
+
+def test_normaliser_near_zero_reads_zeros_not_nan():
+    # Before: elu + 1 of a score of -200 underflows to 0 in float32, and y = 0 / 0 = NaN.
+    g = torch.Generator().manual_seed(5)
+    k, v = torch.randn(1, 2, 8, 4, generator=g), torch.randn(1, 2, 8, 3, generator=g)
+    q = torch.randn(1, 2, 8, 4, generator=g)
+    q[..., 3, :] = -200.0  # query 3 matches nothing
+    forms = {
+        "quadratic": la.linear_attention_quadratic,
+        "recurrent": la.linear_attention_recurrent,
+        "chunked": lambda *a, **kw: la.linear_attention_chunked(*a, chunk=3, **kw),
+    }
+    for name, form in forms.items():
+        y = form(q, k, v)
+        assert torch.isfinite(y).all(), name
+        assert torch.equal(y[..., 3, :], torch.zeros(1, 2, 3)), name
+        assert torch.isnan(form(q, k, v, eps=0.0)[..., 3, :]).all(), name  # the failure fixed
+        keep = [0, 1, 2, 4, 5, 6, 7]  # other queries: eps never binds, the result is exact
+        torch.testing.assert_close(y[..., keep, :], form(q, k, v, eps=0.0)[..., keep, :])
+
+
+def test_normaliser_is_clamped_at_eps_exactly():
+    # A tiny normaliser phi(q)^T c below eps divides by eps: the output shrinks, stays bounded.
+    q = torch.full((1, 2), -30.0, dtype=f64)  # phi(q) = e^-30 per feature
+    k, v = torch.zeros(1, 2, dtype=f64), torch.full((1, 1), 3.0, dtype=f64)
+    den = 2 * math.exp(-30.0)  # phi(q)^T phi(k), phi(k) = 1
+    y = la.linear_attention_recurrent(q, k, v)
+    torch.testing.assert_close(y, torch.full((1, 1), 3.0 * den / 1e-6, dtype=f64))
+    torch.testing.assert_close(la.linear_attention_recurrent(q, k, v, eps=1e-20), v)
+    with pytest.raises(ValueError, match="eps must be a finite number"):
+        la.linear_attention_recurrent(q, k, v, eps=-1.0)

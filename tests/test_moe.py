@@ -252,9 +252,16 @@ def test_train_toy_moe_short_run():
     assert out["load"].shape == (4, 8)
     assert abs(out["load"].sum(1) - 1).max() < 1e-12
     assert out["aux"].shape == out["task"].shape == out["z"].shape == (4,)
-    # The initial skew sends every token to expert 0 at the first step.
-    assert out["load"][0, 0] == 1.0
+    # No offset pushes the router: at the first step the tokens go to several experts.
+    assert (out["load"][0] > 0).sum() >= 3
     assert 0 < out["aux"][0] < 8 and (out["task"] > 0).all()
+
+
+def test_router_collapses_without_a_push_and_the_balancing_loss_prevents_it():
+    runs = {a: moe.train_toy_moe(a, seed=1) for a in (0.0, 0.1)}
+    assert runs[0.0]["load"][0].max() < 0.35  # spread over the experts at the start
+    assert runs[0.0]["load"][-50:].mean(0).max() > 0.9  # collapsed onto one expert
+    assert runs[0.1]["load"][-50:].mean(0).max() < 0.2  # balanced (1/N = 0.125)
 
 
 # --- bad input -----------------------------------------------------------------------------------
@@ -330,6 +337,178 @@ def test_shape_mismatches_that_would_broadcast_or_drop_tokens_raise():
         moe.load_balancing_loss_grad(logits, torch.zeros(1, dtype=torch.float64))
     with pytest.raises(ValueError, match="f and bias must have the same shape"):
         moe.bias_update(torch.zeros(6), torch.zeros(1), 0.1)
+
+
+def test_gate_matrix_refuses_an_expert_named_twice_for_one_token():
+    # Before: scatter kept only one of the two gates of expert 1, silently.
+    idx = torch.tensor([[0, 1], [1, 1]])
+    gates = torch.tensor([[0.6, 0.4], [0.5, 0.5]], dtype=torch.float64)
+    with pytest.raises(ValueError, match="idx must hold distinct entries .* row 1 repeats"):
+        moe.gate_matrix(idx, gates, 3)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: 1.8 * p, "probs must sum to one along dim 1, off by up to 0.8"),
+        (lambda p: torch.log(p), "probs must be non-negative"),  # raw logits
+        (lambda p: p + torch.tensor([-0.1, 0.1, 0, 0, 0, 0]), "probs must be non-negative"),
+    ],
+)
+def test_balancing_loss_refuses_router_probabilities_that_are_not_distributions(make, message):
+    # Before: each of these returned a number (1.8 times the loss, a negative "loss", ...).
+    logits = torch.randn(20, 6, generator=gen(7), dtype=torch.float64)
+    rt = moe.topk_route(logits, 2)
+    with pytest.raises(ValueError, match=message):
+        moe.load_balancing_loss(make(rt.probs), rt.idx)
+
+
+def test_gate_sums_state_the_normalisation():
+    logits = torch.randn(40, 8, generator=gen(8), dtype=torch.float64)
+    mixtral = moe.topk_route(logits, 2)
+    torch.testing.assert_close(
+        mixtral.gates.sum(1), torch.ones(40, dtype=torch.float64), atol=1e-15, rtol=0
+    )
+    switch = moe.topk_route(logits, 2, renormalize=False)
+    p = torch.softmax(logits, -1)
+    torch.testing.assert_close(
+        switch.gates.sum(1), p.gather(1, switch.idx).sum(1), atol=1e-15, rtol=0
+    )
+    assert bool((switch.gates.sum(1) < 1).all())
+
+
+# --- shared and fine-grained experts -------------------------------------------------------------
+
+
+def swiglu_literal(x, W, V, W2):
+    """One SwiGLU expert written out: (silu(x W) * (x V)) W2."""
+    return (torch.nn.functional.silu(x @ W) * (x @ V)) @ W2
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 6])
+def test_segments_sum_to_their_expert(m):
+    x, P = setup_layer(T=20, h=12)
+    Wf, Vf, W2f = moe.segment_experts(P["W"], P["V"], P["W2"], m)
+    assert Wf.shape == Vf.shape == (6 * m, 8, 12 // m) and W2f.shape == (6 * m, 12 // m, 8)
+    for i in range(6):
+        pieces = sum(
+            swiglu_literal(x, Wf[i * m + j], Vf[i * m + j], W2f[i * m + j]) for j in range(m)
+        )
+        whole = swiglu_literal(x, P["W"][i], P["V"][i], P["W2"][i])
+        torch.testing.assert_close(pieces, whole, atol=1e-13, rtol=0)
+        j, w = m - 1, 12 // m  # the last segment holds hidden units (m - 1) h/m, ..., h - 1
+        assert torch.equal(Wf[i * m + j], P["W"][i][:, j * w : (j + 1) * w])
+        assert torch.equal(W2f[i * m + j], P["W2"][i][j * w : (j + 1) * w])
+
+
+def test_fine_grained_routing_reproduces_coarse_routing():
+    x, P = setup_layer(T=30)
+    rt = moe.topk_route(x @ P["W_r"], 2)
+    m = 4
+    Wf, Vf, W2f = moe.segment_experts(P["W"], P["V"], P["W2"], m)
+    idx_f = (rt.idx[:, :, None] * m + torch.arange(m)).reshape(30, -1)  # (T, 2 m)
+    gates_f = rt.gates[:, :, None].expand(-1, -1, m).reshape(30, -1)
+    coarse = moe.moe_routed(x, rt.idx, rt.gates, P["W"], P["V"], P["W2"])
+    fine = moe.moe_routed(x, idx_f, gates_f, Wf, Vf, W2f)
+    torch.testing.assert_close(fine, coarse, atol=1e-12, rtol=0)
+
+
+def test_shared_experts_routed_vs_dense_vs_literal():
+    x, P = setup_layer(T=16)
+    shared = moe.init_experts(2, 8, 12, generator=gen(9), dtype=torch.float64)
+    rt = moe.topk_route(x @ P["W_r"], 2)
+    y = moe.moe_shared(x, shared, rt.idx, rt.gates, P["W"], P["V"], P["W2"])
+    G = moe.gate_matrix(rt.idx, rt.gates, 6)
+    torch.testing.assert_close(
+        y, moe.moe_shared_dense(x, shared, G, P["W"], P["V"], P["W2"]), atol=1e-12, rtol=0
+    )
+    for t in range(16):
+        ref = sum(
+            swiglu_literal(x[t], shared["W"][s], shared["V"][s], shared["W2"][s]) for s in range(2)
+        )
+        for j in range(2):
+            i = int(rt.idx[t, j])
+            ref = ref + rt.gates[t, j] * swiglu_literal(x[t], P["W"][i], P["V"][i], P["W2"][i])
+        torch.testing.assert_close(y[t], ref, atol=1e-12, rtol=0)
+
+
+def test_expert_layer_budget_keeps_parameters_and_flops_under_segmentation():
+    d, h = 64, 96
+    coarse = moe.expert_layer_budget(d, h, 16, 2)
+    fine = moe.expert_layer_budget(d, h // 4, 64, 8)
+    shared = moe.expert_layer_budget(d, h // 4, 63, 7, n_shared=1)
+    assert coarse["experts"] == fine["experts"] == shared["experts"] == 3 * d * h * 16
+    expert_active = 3 * d * h * 2
+    for b, n in ((coarse, 16), (fine, 64), (shared, 63)):
+        assert b["active"] == expert_active + d * n and b["flops"] == 2 * b["active"]
+    assert (coarse["combinations"], fine["combinations"]) == (120, math.comb(64, 8))
+
+
+def test_expert_layer_budget_matches_a_deepseek_v3_style_model():
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.DeepseekV3Config(
+        vocab_size=50,
+        hidden_size=32,
+        intermediate_size=48,
+        moe_intermediate_size=8,
+        num_hidden_layers=3,
+        first_k_dense_replace=1,
+        n_routed_experts=8,
+        n_shared_experts=2,
+        num_experts_per_tok=2,
+        n_group=2,
+        topk_group=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        q_lora_rank=16,
+        kv_lora_rank=8,
+        qk_nope_head_dim=8,
+        qk_rope_head_dim=4,
+        v_head_dim=8,
+        head_dim=4,
+    )
+    with torch.device("meta"):
+        model = transformers.DeepseekV3ForCausalLM(hf)
+    counted = {"experts": 0, "router": 0}
+    for name, p in model.named_parameters():
+        if ".mlp.experts." in name or ".mlp.shared_experts." in name:
+            counted["experts"] += p.numel()
+        elif ".mlp.gate.weight" in name:
+            counted["router"] += p.numel()
+    b = moe.expert_layer_budget(32, 8, 8, 2, n_shared=2)
+    assert counted == {"experts": 2 * b["experts"], "router": 2 * b["router"]}  # 2 MoE layers
+
+
+# --- expert parallelism --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_devices", [1, 2, 3, 6])
+def test_expert_parallel_matches_routed_and_counts_its_traffic(n_devices):
+    x, P = setup_layer(T=36)
+    rt = moe.topk_route(x @ P["W_r"], 2)
+    y, sent = moe.expert_parallel_moe(x, rt.idx, rt.gates, P["W"], P["V"], P["W2"], n_devices)
+    torch.testing.assert_close(
+        y, moe.moe_routed(x, rt.idx, rt.gates, P["W"], P["V"], P["W2"]), atol=1e-12, rtol=0
+    )
+    per_dev = 36 // n_devices
+    assert sent.shape == (n_devices, n_devices)
+    assert sent.sum(1).tolist() == [per_dev * 2] * n_devices  # each device sends k per token
+    received = torch.bincount((rt.idx // (6 // n_devices)).reshape(-1), minlength=n_devices)
+    assert sent.sum(0).tolist() == received.tolist()
+    for p_ in range(n_devices):  # literal count of the assignments from p to q
+        owners = rt.idx[p_ * per_dev : (p_ + 1) * per_dev] // (6 // n_devices)
+        assert sent[p_].tolist() == torch.bincount(owners.reshape(-1), minlength=n_devices).tolist()
+
+
+def test_expert_parallel_refuses_devices_that_do_not_divide():
+    x, P = setup_layer(T=36)
+    rt = moe.topk_route(x @ P["W_r"], 2)
+    with pytest.raises(ValueError, match="n_devices=4 must divide the number of experts N=6"):
+        moe.expert_parallel_moe(x, rt.idx, rt.gates, P["W"], P["V"], P["W2"], 4)
+    with pytest.raises(ValueError, match="n_devices=5 must divide the number of tokens T=36"):
+        moe.expert_parallel_moe(x, rt.idx, rt.gates, P["W"], P["V"], P["W2"], 5)
+    with pytest.raises(ValueError, match="m=5 must divide h=12"):
+        moe.segment_experts(P["W"], P["V"], P["W2"], 5)
 
 
 def test_empty_batches_raise_instead_of_nan():

@@ -239,3 +239,54 @@ def test_bad_input_raises(gen):
         nz.stack_forward(x, [(W1, W2)], "residual", branch_scale=math.nan)
     with pytest.raises(ValueError, match="same shape"):
         nz.stack_grad_norms(x, [(W1, W2)], torch.ones(2, 4))
+
+
+@pytest.mark.parametrize("norm", ["layer", "rms"])
+def test_16_bit_inputs_are_normalised_in_float32(gen, norm):
+    # Rows of RMS about 500: float16's squares overflow 65504 from |x| = 256 on, so a same-dtype
+    # computation returns zero rows; accumulating in float32 matches float32 to float16 rounding.
+    x32 = torch.randn(6, 64, generator=gen) * 500
+    g32, b32 = torch.randn(64, generator=gen), torch.randn(64, generator=gen)
+    x16, g16, b16 = x32.half(), g32.half(), b32.half()
+    if norm == "layer":
+        ref = F.layer_norm(x16.float(), (64,), g16.float(), b16.float(), 1e-5)
+        out = nz.layer_norm(x16, g16, b16)
+        var16 = ((x16 - x16.mean(-1, keepdim=True)) ** 2).mean(-1, keepdim=True)
+        naive = g16 * (x16 - x16.mean(-1, keepdim=True)) * torch.rsqrt(var16 + 1e-5) + b16
+    else:
+        ref = F.rms_norm(x16.float(), (64,), g16.float(), 1e-6)
+        out = nz.rms_norm(x16, g16)
+        naive = g16 * x16 * torch.rsqrt((x16 * x16).mean(-1, keepdim=True) + 1e-6)
+    assert out.dtype == torch.float16
+    # the naive float16 version fails here (what the package did before accumulating in float32)
+    assert not torch.allclose(naive.float(), ref, atol=0.1, rtol=0.1)
+    # one rounding to float16: at most half a float16 spacing, 2^-11 relative
+    torch.testing.assert_close(out.float(), ref, atol=1e-5, rtol=2**-10)
+    dy = torch.randn(6, 64, generator=gen).half()
+    xr = x16.float().requires_grad_(True)
+    if norm == "layer":
+        dx_ref = torch.autograd.grad((F.layer_norm(xr, (64,), g16.float()) * dy).sum(), xr)[0]
+        dx = nz.layer_norm_backward(dy, x16, g16)[0]
+    else:
+        dx_ref = torch.autograd.grad((F.rms_norm(xr, (64,), g16.float()) * dy).sum(), xr)[0]
+        dx = nz.rms_norm_backward(dy, x16, g16)[0]
+    assert bool(torch.isfinite(dx).all()) and dx.abs().max() > 0
+    torch.testing.assert_close(dx.float(), dx_ref, atol=2e-3 * dx_ref.abs().max().item(), rtol=0)
+    # bfloat16 has float32's range but 8 bits of precision: one rounding, 2^-8 relative
+    outb = nz.layer_norm(x32.bfloat16()) if norm == "layer" else nz.rms_norm(x32.bfloat16())
+    refb = (
+        F.layer_norm(x32.bfloat16().float(), (64,))
+        if norm == "layer"
+        else F.rms_norm(x32.bfloat16().float(), (64,), eps=1e-6)
+    )
+    assert outb.dtype == torch.bfloat16
+    torch.testing.assert_close(outb.float(), refb, atol=1e-5, rtol=2**-8)
+
+
+def test_batch_norm_statistics_of_float16_input_in_float32(gen):
+    x = (torch.randn(8, 4, generator=gen) * 400).half()
+    y, rm, rv = nz.batch_norm_train(x, None, None, torch.zeros(4), torch.ones(4))
+    ref = F.batch_norm(x.float(), None, None, training=True, eps=1e-5)
+    torch.testing.assert_close(y.float(), ref, atol=1e-5, rtol=2**-10)
+    torch.testing.assert_close(rv, 0.9 + 0.1 * x.float().var(0), atol=0, rtol=1e-6)
+    torch.testing.assert_close(rm, 0.1 * x.float().mean(0), atol=0, rtol=1e-6)

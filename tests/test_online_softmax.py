@@ -157,3 +157,43 @@ def test_bad_input_raises():
         osm.streaming_attention(randn(3), randn(0, 3), randn(0, 2), 2)
     with pytest.raises(ValueError, match="block_size"):
         osm.streaming_attention(randn(3), randn(5, 3), randn(5, 2), -1)
+
+
+def test_finalize_of_an_empty_state_is_zero():
+    # l = 0: no key seen, or every key masked; 0/0 would be nan, the book's convention is 0.
+    acc = torch.tensor([[2.0, 4.0], [0.0, 0.0], [5.0, -5.0]])
+    out = osm.finalize(acc, torch.tensor([2.0, 0.0, 5.0]))
+    torch.testing.assert_close(out, torch.tensor([[1.0, 2.0], [0.0, 0.0], [1.0, -1.0]]))
+    m, l, acc = osm.block_state(torch.full((2, 5), NEG_INF, dtype=torch.float64), randn(5, 3))
+    assert bool((m == NEG_INF).all()) and bool((l == 0).all()) and bool((acc == 0).all())
+    assert bool((osm.finalize(acc, l) == 0).all())
+
+
+# Low precision: l lies between 1 and n. Float16's largest finite value is 65504, so a float16 sum
+# of 70,000 equal terms overflows; bfloat16's 8 significant bits round it to 69,632 (and a running
+# bfloat16 sum of blocks drifts further). The state is float32, as in FlashAttention.
+LOW = [torch.float16, torch.bfloat16]
+N_LONG = 70_000
+
+
+@pytest.mark.parametrize("dtype", LOW)
+def test_low_precision_statistics_accumulate_in_float32(dtype):
+    s = torch.zeros(2, N_LONG, dtype=dtype)  # equal scores: l = n exactly
+    m, l = osm.softmax_stats(s)
+    assert m.dtype == l.dtype == torch.float32 and bool((l == N_LONG).all())
+    m, l = osm.streaming_stats(s, 1000)
+    assert l.dtype == torch.float32 and bool((l == N_LONG).all())
+    p = osm.streaming_softmax(s, 1000)
+    assert p.dtype == dtype and bool(torch.isfinite(p).all())
+    assert (p.double().sum(-1) - 1).abs().max() < 1e-2
+
+
+@pytest.mark.parametrize("dtype", LOW)
+def test_low_precision_streaming_attention_does_not_overflow(dtype):
+    q = randn(3, 8).to(dtype)
+    k = torch.zeros(N_LONG, 8, dtype=dtype)  # every score 0: the output is the mean value
+    v = randn(N_LONG, 4, seed=1).to(dtype)
+    out = osm.streaming_attention(q, k, v, 4096)
+    assert out.dtype == dtype
+    want = v.double().mean(0).expand(3, 4)
+    assert (out.double() - want).abs().max() < 2e-3

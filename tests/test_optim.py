@@ -88,7 +88,7 @@ def test_momentum_conventions_differ_when_lr_changes():
         30,
         lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda t: schedule(t) / 0.1),
     )
-    sheet = run_on_quadratic(
+    velocity = run_on_quadratic(
         lambda ps: opt.Optimizer(ps, opt.OptimizerConfig("momentum", beta=0.9), schedule),
         H,
         th0,
@@ -101,7 +101,7 @@ def test_momentum_conventions_differ_when_lr_changes():
         30,
     )
     torch.testing.assert_close(torch_conv, ref, rtol=0, atol=F64_ATOL)
-    assert (sheet - ref).abs().max() > 1e-3
+    assert (velocity - ref).abs().max() > 1e-3
 
 
 def test_adam_moments_and_bias_correction_closed_forms():

@@ -172,3 +172,28 @@ def test_bad_input_raises():
         prec.accumulate_gradients(lambda *a: p.sum(), [p], [(X, y)], "median")
     with pytest.raises(ValueError, match="empty"):
         prec.accumulate_gradients(lambda *a: p.sum(), [p], [])
+
+
+@pytest.mark.parametrize("name", ["float64", "float32", "float16"])
+def test_spacing_matches_numpy_including_zero(gen, name):
+    dtype = prec.FORMATS[name].dtype
+    np_dtype = {"float64": np.float64, "float32": np.float32, "float16": np.float16}[name]
+    tiny = prec.FORMATS[name].smallest_subnormal
+    w = torch.cat(
+        [
+            torch.tensor([0.0, -0.0, tiny, 5 * tiny, -3 * tiny]),
+            torch.randn(2000, generator=gen, dtype=torch.float64) * 100,
+        ]
+    ).to(dtype)
+    ref = np.spacing(np.abs(w.numpy().astype(np_dtype))).astype(np.float64)
+    np.testing.assert_array_equal(prec.spacing(w, name).numpy(), ref)
+    assert prec.spacing(0.0, name).item() == float(np.spacing(np_dtype(0)))
+
+
+def test_spacing_of_bfloat16_at_zero_is_the_bit_pattern_one():
+    smallest = torch.tensor(1, dtype=torch.int16).view(torch.bfloat16).double().item()
+    assert smallest == 2.0**-133
+    assert prec.spacing(0.0, "bfloat16").item() == smallest
+    zero = torch.zeros(1, dtype=torch.bfloat16)
+    up = torch.nextafter(zero, torch.ones(1, dtype=torch.bfloat16)).double().item()
+    assert prec.spacing(zero, "bfloat16").item() == up

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import scipy.linalg
+import scipy.special
 import torch
 from scipy.integrate import solve_ivp
 
@@ -285,7 +286,61 @@ def test_inputs_that_would_give_nan_raise():
     Ad = Ad.double()
     with pytest.raises(ValueError, match="delta must be positive everywhere"):
         ssm.selective_scan_sequential(x, -delta, Ad, Bs, Cs)
-    with pytest.raises(ValueError, match=r"\|A\| must be positive everywhere"):
-        ssm.selective_scan_parallel(x, delta, 0 * Ad, Bs, Cs)  # (e^0 - 1) / 0 = NaN
     with pytest.raises(ValueError, match="a must be positive everywhere"):
         ssm.ssd_matrix(-torch.ones(6, dtype=f64), Bs, Cs)  # log of a negative number
+
+
+def test_selective_discretize_is_exact_at_near_and_far_from_a_zero_A():
+    # Before: A = 0 was refused, and (e^(dA) - 1) / A is 0 / 0 there; the limit is Bbar = Delta B.
+    delta = torch.tensor([1e-3, 0.5, 2.0, 10.0], dtype=f64)[:, None].expand(4, 6)  # (T, D)
+    A = torch.tensor([0.0, -0.0, 1e-300, -1e-9, -50.0, -1e3], dtype=f64).expand(6, 6)  # (D, N)
+    B = torch.randn(4, 6, generator=torch.Generator().manual_seed(3), dtype=f64)
+    Abar, Bbar = ssm.selective_discretize(delta, A, B)
+    dA = (delta[:, :, None] * A[None]).numpy()
+    ref_b = delta[:, :, None].numpy() * scipy.special.exprel(dA) * B[:, None, :].numpy()
+    assert torch.isfinite(Abar).all() and torch.isfinite(Bbar).all()
+    np.testing.assert_allclose(Abar.numpy(), np.exp(dA), rtol=1e-15, atol=0)
+    np.testing.assert_allclose(Bbar.numpy(), ref_b, rtol=1e-14, atol=0)
+    assert torch.equal(Abar[:, :, :2], torch.ones(4, 6, 2, dtype=f64))  # A = 0: no decay
+    assert torch.equal(Bbar[:, :, 0], delta * B[:, None, 0])  # A = 0: Bbar = Delta B
+
+
+def test_exprel_value_and_slope_at_zero_and_beyond():
+    z = torch.tensor([0.0, 1e-20, -1e-8, 1e-3, -30.0, 20.0], dtype=f64, requires_grad=True)
+    out = ssm.exprel(z)
+    np.testing.assert_allclose(
+        out.detach().numpy(), scipy.special.exprel(z.detach().numpy()), rtol=1e-14
+    )
+    (grad,) = torch.autograd.grad(out.sum(), z)
+    zn = z.detach().numpy()[3:]
+    slope = (np.exp(zn) * (zn - 1) + 1) / zn**2  # d/dz (e^z - 1) / z
+    np.testing.assert_allclose(grad.numpy()[3:], slope, rtol=1e-6)
+    np.testing.assert_allclose(grad.numpy()[:3], 0.5, rtol=1e-7)  # the slope at 0 is 1/2
+
+
+def test_bilinear_refuses_a_singular_system_with_a_clear_message():
+    # Before: torch.linalg.solve failed with an error that names no argument of ours.
+    delta = 0.5
+    A = torch.tensor([[2 / delta, 1.0], [0.0, -1.0]], dtype=f64)  # eigenvalue 2 / delta
+    B = torch.ones(2, dtype=f64)
+    with pytest.raises(
+        ValueError,
+        match=r"I - \(delta/2\) A, for the bilinear rule with delta = 0.5, must be invertible",
+    ):
+        ssm.discretize_bilinear(A, B, delta)
+    ssm.discretize_bilinear(A, B, 0.4)  # another step: fine
+
+
+@pytest.mark.parametrize("delta", [0.1, 1.0, 5.0])
+def test_zoh_and_bilinear_are_stable_exactly_when_re_lambda_is_negative(delta):
+    B = torch.ones(2, dtype=f64)
+    for a in np.linspace(-3, 3, 13):
+        if a == 0:
+            continue
+        for b in np.linspace(-3, 3, 7):
+            A = torch.tensor([[a, -b], [b, a]], dtype=f64)  # eigenvalues a +- i b
+            for rule in (ssm.discretize_zoh, ssm.discretize_bilinear):
+                if rule is ssm.discretize_bilinear and abs(delta * complex(a, b) - 2) < 1e-9:
+                    continue
+                radius = torch.linalg.eigvals(rule(A, B, delta)[0]).abs().max()
+                assert bool(radius < 1) == (a < 0), (rule.__name__, a, b, float(radius))

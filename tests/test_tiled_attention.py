@@ -1,5 +1,7 @@
 """Unit tests of mlbook.attention.tiled against torch's SDPA and the naive reference (ch. 26)."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -120,3 +122,31 @@ def test_bad_input_raises():
         ta.predicted_largest_bytes(5, 5, 4, 4, block_q=4)
     with pytest.raises(ValueError, match="block_k"):
         ta.predicted_largest_bytes(5, 5, 4, 4, block_k=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_low_precision_state_is_float32(dtype):
+    # 70,000 keys with equal scores: l = 70,000 overflows float16 (max 65504); the state is float32
+    # as in FlashAttention, the output in the input dtype.
+    n = 70_000
+    q = torch.randn(1, 2, 8, generator=torch.Generator().manual_seed(0)).to(dtype)
+    k = torch.zeros(1, n, 8, dtype=dtype)
+    v = torch.randn(1, n, 4, generator=torch.Generator().manual_seed(1)).to(dtype)
+    out, lse = ta.tiled_attention(q, k, v, block_q=None, block_k=4096, return_lse=True)
+    assert out.dtype == dtype and lse.dtype == torch.float32
+    assert (out.double() - v.double().mean(1, keepdim=True)).abs().max() < 2e-3
+    torch.testing.assert_close(lse, torch.full_like(lse, math.log(n)), atol=1e-5, rtol=0)
+    q, k, v = qkv(45, 45)  # ordinary lengths: no worse than naive attention in the same dtype
+    exact = ta.tiled_attention_naive(*(x.to(dtype).double() for x in (q, k, v)), True)
+    tiled = ta.tiled_attention(*(x.to(dtype) for x in (q, k, v)), True, block_q=16, block_k=16)
+    naive = ta.tiled_attention_naive(*(x.to(dtype) for x in (q, k, v)), True)
+    assert (tiled.double() - exact).abs().max() <= (naive.double() - exact).abs().max()
+
+
+def test_memory_accounting_sees_views_of_fresh_tensors_but_not_of_inputs():
+    x = torch.randn(2, 4, 8, 16)
+    # repeat_interleave returns a view of a tensor it allocated: the copy counts
+    copy, what = ta.largest_intermediate_bytes(lambda t: t.repeat_interleave(3, 1), x)
+    assert copy == 3 * x.numel() * x.element_size(), what
+    # slices and transposes of the input allocate nothing
+    assert ta.largest_intermediate_bytes(lambda t: t[:, 1:].transpose(-2, -1), x)[0] == 0

@@ -65,6 +65,22 @@ def test_merge_pair_is_left_to_right_and_non_overlapping():
     assert tok.merge_pair([3, 1, 2, 1, 2], (1, 2), 7) == [3, 7, 7]
 
 
+def test_merge_pair_refuses_a_new_id_that_collides_with_an_existing_one():
+    # Regression: [97, 98, 256] merged with (97, 98) -> 256 gave [256, 256], which no decoder
+    # can tell apart; a new id must be fresh.
+    with pytest.raises(ValueError, match="new_id=256 collides"):
+        tok.merge_pair([97, 98, 256], (97, 98), 256)
+    with pytest.raises(ValueError, match="new_id=98 collides"):
+        tok.merge_pair([97, 98], (97, 98), 98)
+    with pytest.raises(ValueError, match="new_id=300 collides"):  # in the pair, not the ids
+        tok.merge_pair([5, 6], (7, 300), 300)
+    with pytest.raises(TypeError, match="new_id"):
+        tok.merge_pair([1, 2], (1, 2), 256.0)
+    with pytest.raises(ValueError, match="new_id"):
+        tok.merge_pair([1, 2], (1, 2), -1)
+    assert tok.merge_pair([97, 98, 255], (97, 98), 256) == [256, 255]
+
+
 def test_first_merge_is_the_argmax_of_independent_pair_counts():
     text = CORPUS_TEXT
     counts = np.zeros(256 * 256, dtype=np.int64)

@@ -43,6 +43,9 @@ __all__ = [
     "unit_interval",
     "binary",
     "even_int",
+    "distinct",
+    "nonsingular",
+    "fresh_id",
 ]
 
 

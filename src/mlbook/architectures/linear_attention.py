@@ -5,17 +5,22 @@ Shape legend
     (...)  leading batch axes (batch, heads), kept as they are
     q, k   (..., T, D);  v (..., T, Dv);  beta (..., T) write strengths of the delta rule
     S, c   (..., F, Dv) running state sum_j phi(k_j) v_j^T;  (..., F) normaliser sum_j phi(k_j)
+
+The normalised forms divide by max(phi(q)^T c, eps), eps = 1e-6 by default: with positive features
+the quotient is a weighted average of values, and a query whose features all but vanish (elu + 1
+of a very negative score underflows to 0) reads zeros instead of 0 / 0 = NaN.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
-from ..validation import float_tensor, positive_int, same_shape, shape_is
+from ..validation import float_tensor, number, positive_int, same_shape, shape_is
 
 __all__ = [
     "elu_plus_one",
@@ -31,6 +36,12 @@ __all__ = [
 ]
 
 FeatureMap = Callable[[torch.Tensor], torch.Tensor]
+EPS = 1e-6  # the smallest normaliser a query divides by
+
+
+def _normalise(num: torch.Tensor, den: torch.Tensor, eps: float) -> torch.Tensor:
+    """num / max(den, eps): num (..., Dv), den (..., 1)."""
+    return num / den.clamp_min(eps)
 
 
 def _features(x: torch.Tensor, feature_map: FeatureMap | None) -> torch.Tensor:
@@ -70,12 +81,15 @@ def kernel_attention(
     kernel: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     causal: bool = True,
     normalize: bool = True,
+    eps: float = EPS,
 ) -> torch.Tensor:
     """y_i = sum_{j<=i} K(q_i, k_j) v_j / sum_{j<=i} K(q_i, k_j), in O(T^2). Implements eq. 28.3.
 
     q, k: (..., T, D); v: (..., T, Dv); kernel: (q, k) -> (..., T, T); causal: mask j > i;
-    normalize: divide by the sum of the weights. Returns y: (..., T, Dv).
+    normalize: divide by the sum of the weights, or by eps where that is smaller (eps >= 0).
+    Returns y: (..., T, Dv).
     """
+    number(eps, "eps", 0.0)
     float_tensor(q, "q", min_ndim=2, not_empty=True)
     same_shape(k, q, ("k", "q"))
     shape_is(v, "v", (*q.shape[:-1], None))
@@ -87,7 +101,7 @@ def kernel_attention(
     num = w @ v  # (..., T, Dv)
     if not normalize:
         return num
-    return num / w.sum(-1, keepdim=True)
+    return _normalise(num, w.sum(-1, keepdim=True), eps)
 
 
 def linear_attention_quadratic(
@@ -97,13 +111,13 @@ def linear_attention_quadratic(
     feature_map: FeatureMap | None = elu_plus_one,
     causal: bool = True,
     normalize: bool = True,
+    eps: float = EPS,
 ) -> torch.Tensor:
     """Linear attention with phi(Q) phi(K)^T materialised (the reference); as
     :func:`kernel_attention`.
     """
-    return kernel_attention(
-        q, k, v, lambda a, b: feature_kernel(a, b, feature_map), causal=causal, normalize=normalize
-    )
+    kernel = functools.partial(feature_kernel, feature_map=feature_map)  # (q, k) -> (..., T, T)
+    return kernel_attention(q, k, v, kernel, causal=causal, normalize=normalize, eps=eps)
 
 
 def linear_attention_recurrent(
@@ -113,12 +127,14 @@ def linear_attention_recurrent(
     feature_map: FeatureMap | None = elu_plus_one,
     normalize: bool = True,
     return_state: bool = False,
+    eps: float = EPS,
 ):
     """Causal linear attention with a fixed-size state S, c. Implements eqs. 28.2-28.3.
 
-    q, k: (..., T, D); v: (..., T, Dv); feature_map: phi or None. Returns y: (..., T, Dv), and
-    (S (..., F, Dv), c (..., F)) if ``return_state``.
+    q, k: (..., T, D); v: (..., T, Dv); feature_map: phi or None; eps: the smallest normaliser.
+    Returns y: (..., T, Dv), and (S (..., F, Dv), c (..., F)) if ``return_state``.
     """
+    number(eps, "eps", 0.0)
     float_tensor(q, "q", min_ndim=2, not_empty=True)
     same_shape(k, q, ("k", "q"))
     shape_is(v, "v", (*q.shape[:-1], None))
@@ -132,7 +148,7 @@ def linear_attention_recurrent(
         c = c + fk[..., t, :]
         num = (fq[..., t, :, None] * S).sum(-2)  # phi(q)^T S, (..., Dv)
         if normalize:
-            num = num / (fq[..., t, :] * c).sum(-1, keepdim=True)
+            num = _normalise(num, (fq[..., t, :] * c).sum(-1, keepdim=True), eps)
         ys.append(num)
     y = torch.stack(ys, dim=-2)  # (..., T, Dv)
     return (y, (S, c)) if return_state else y
@@ -145,11 +161,13 @@ def linear_attention_chunked(
     feature_map: FeatureMap | None = elu_plus_one,
     chunk: int = 64,
     normalize: bool = True,
+    eps: float = EPS,
 ) -> torch.Tensor:
     """Causal linear attention by chunks: quadratic inside, the state S, c across them.
 
     As :func:`linear_attention_recurrent`; chunk >= 1 (the last chunk may be short).
     """
+    number(eps, "eps", 0.0)
     float_tensor(q, "q", min_ndim=2, not_empty=True)
     same_shape(k, q, ("k", "q"))
     shape_is(v, "v", (*q.shape[:-1], None))
@@ -165,7 +183,7 @@ def linear_attention_chunked(
         num = w @ vc + qc @ S  # (..., C, Dv)
         if normalize:
             den = w.sum(-1) + (qc * c[..., None, :]).sum(-1)  # (..., C)
-            num = num / den[..., None]
+            num = _normalise(num, den[..., None], eps)
         outs.append(num)
         S = S + kc.transpose(-1, -2) @ vc  # (..., F, Dv)
         c = c + kc.sum(-2)

@@ -1,4 +1,5 @@
-"""Mixture of experts (chapter 27): router, top-k gates, routed and dense layers, balancing.
+"""Mixture of experts (chapter 27): router, top-k gates, routed and dense layers, balancing,
+shared and fine-grained experts, expert parallelism.
 
 Shape legend (tokens flattened: (B, T, d) -> (T, d))
     T tokens;  d model width;  h expert hidden width;  N experts;  k experts per token
@@ -6,6 +7,8 @@ Shape legend (tokens flattened: (B, T, d) -> (T, d))
     idx    (T, k) selected experts, best first;  gates (T, k) their weights a_i
     G      (T, N) dense gate matrix;  W, V (N, d, h), W2 (N, h, d) the SwiGLU experts
     f, P   (N,) share of the T*k assignments per expert;  mean router probability per expert
+    m      fine-grained factor: an expert of width h becomes m experts of width h / m
+    N_s    shared experts, on every token;  P devices of expert parallelism, N / P experts each
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from ..nn.activations import swiglu_ffn
 from ..nn.softmax import softmax, z_loss
 from ..validation import (
     bool_tensor,
+    distinct,
+    distribution,
     divides,
     float_tensor,
     index_tensor,
@@ -48,6 +53,11 @@ __all__ = [
     "capacity_mask",
     "capacity_mask_naive",
     "bias_update",
+    "segment_experts",
+    "moe_shared",
+    "moe_shared_dense",
+    "expert_layer_budget",
+    "expert_parallel_moe",
     "MoEConfig",
     "parameter_budget",
     "toy_task",
@@ -69,10 +79,13 @@ class Routing(NamedTuple):
 def topk_route(
     logits: torch.Tensor, k: int, *, renormalize: bool = True, bias: torch.Tensor | None = None
 ) -> Routing:
-    """p = softmax(r), S = topk(p + b), a_i = p_i / sum_{j in S} p_j. Implements eqs. 27.1-27.2.
+    """p = softmax(r), S = topk(p + b), gates a_i for i in S. Implements eqs. 27.1-27.2.
 
-    logits: (T, N); k: 1 <= k <= N; renormalize: gates sum to 1 (Mixtral) or a_i = p_i (Switch);
-    bias: (N,) selection-only bias of eq. 27.5, or None. Returns Routing(probs, idx, gates).
+    logits: (T, N); k: 1 <= k <= N; bias: (N,) selection-only bias of eq. 27.5, or None.
+    renormalize=True (Mixtral): a_i = p_i / sum_{j in S} p_j, the softmax of the k selected
+    logits, so each token's k gates sum to exactly 1; renormalize=False (Switch): a_i = p_i,
+    gates summing to sum_{j in S} p_j <= 1. The bias changes S only, never a gate.
+    Returns Routing(probs, idx, gates).
     """
     float_tensor(logits, "logits", ndim=2)
     n = logits.shape[1]
@@ -90,8 +103,12 @@ def topk_route(
 
 
 def gate_matrix(idx: torch.Tensor, gates: torch.Tensor, n_experts: int) -> torch.Tensor:
-    """The dense gate matrix G[t, idx[t, j]] = gates[t, j], zero elsewhere: (T, k) -> (T, N)."""
+    """The dense gate matrix G[t, idx[t, j]] = gates[t, j], zero elsewhere: (T, k) -> (T, N).
+
+    Each row of idx names k distinct experts (one entry of G per gate).
+    """
     index_tensor(idx, "idx", high=n_experts, ndim=2)
+    distinct(idx, "idx")  # a repeated expert would keep only one of its gates
     same_shape(gates, idx, ("gates", "idx"))
     return gates.new_zeros(idx.shape[0], n_experts).scatter(1, idx, gates)
 
@@ -200,9 +217,11 @@ def mean_router_prob(probs: torch.Tensor) -> torch.Tensor:
 def load_balancing_loss(probs: torch.Tensor, idx: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
     """L_lb = alpha N sum_i f_i P_i (Switch Transformer). Implements eq. 27.3.
 
-    probs: (T, N); idx: (T, k); alpha >= 0. Returns a scalar; the gradient flows through P only.
+    probs: (T, N), each row a distribution (the router's softmax, not logits); idx: (T, k);
+    alpha >= 0. Returns a scalar; the gradient flows through P only.
     """
     float_tensor(probs, "probs", ndim=2)
+    distribution(probs, "probs", dim=1)  # rows >= 0 summing to 1, else the loss is meaningless
     number(alpha, "alpha", 0.0)
     t, n = probs.shape
     index_tensor(idx, "idx", high=n, ndim=2)
@@ -280,6 +299,146 @@ def bias_update(bias: torch.Tensor, f: torch.Tensor, eta: float) -> torch.Tensor
     positive(eta, "eta")
     n = bias.shape[0]
     return bias - eta * torch.sign(f.to(bias.dtype) - 1.0 / n)
+
+
+# --- shared and fine-grained experts (DeepSeekMoE) -----------------------------------------------
+
+
+def segment_experts(
+    W: torch.Tensor, V: torch.Tensor, W2: torch.Tensor, m: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Split each of N experts of width h into m experts of width h / m (fine-grained experts).
+
+    Fine expert i m + j holds hidden units j h/m, ..., (j + 1) h/m - 1 of expert i, so the m
+    pieces of an expert sum to it. W, V: (N, d, h); W2: (N, h, d); m divides h.
+    Returns (W, V of shape (N m, d, h / m), W2 of shape (N m, h / m, d)).
+    """
+    n, d, h = float_tensor(W, "W", ndim=3).shape
+    shape_is(V, "V", (n, d, h))
+    shape_is(W2, "W2", (n, h, d))
+    divides(positive_int(m, "m"), "m", h, "h")
+
+    def columns(M):  # (N, d, h) -> (N, d, m, h/m) -> (N, m, d, h/m) -> (N m, d, h/m)
+        return M.reshape(n, d, m, h // m).permute(0, 2, 1, 3).reshape(n * m, d, h // m)
+
+    return columns(W), columns(V), W2.reshape(n * m, h // m, d)  # W2 rows: (N, h) -> (N m, h/m)
+
+
+def moe_shared(
+    x: torch.Tensor,
+    shared: dict[str, torch.Tensor],
+    idx: torch.Tensor,
+    gates: torch.Tensor,
+    W: torch.Tensor,
+    V: torch.Tensor,
+    W2: torch.Tensor,
+) -> torch.Tensor:
+    """y = sum_s E^shared_s(x) + sum_{i in S} a_i E_i(x): shared experts on every token, with gate
+    1, plus the routed layer of :func:`moe_routed` (DeepSeekMoE).
+
+    x: (T, d); shared: {"W", "V": (N_s, d, h), "W2": (N_s, h, d)}; idx, gates: (T, k); W, V:
+    (N, d, h) and W2: (N, h, d), the routed experts. Returns y: (T, d).
+    """
+    float_tensor(x, "x", ndim=2)
+    y = moe_routed(x, idx, gates, W, V, W2)  # (T, d)
+    for s in range(shared["W"].shape[0]):
+        y = y + swiglu_ffn(x, shared["W"][s], shared["V"][s], shared["W2"][s])  # gate 1
+    return y
+
+
+def moe_shared_dense(
+    x: torch.Tensor,
+    shared: dict[str, torch.Tensor],
+    G: torch.Tensor,
+    W: torch.Tensor,
+    V: torch.Tensor,
+    W2: torch.Tensor,
+) -> torch.Tensor:
+    """Reference for :func:`moe_shared`: one dense loop over all N_s + N experts, the gate matrix
+    (T, N_s + N) being 1 for the shared experts and G (T, N) for the routed ones."""
+    float_tensor(x, "x", ndim=2)
+    ones = G.new_ones(G.shape[0], shared["W"].shape[0])  # (T, N_s)
+    return moe_dense(
+        x,
+        torch.cat([ones, G], dim=1),
+        torch.cat([shared["W"], W]),
+        torch.cat([shared["V"], V]),
+        torch.cat([shared["W2"], W2]),
+    )
+
+
+def expert_layer_budget(
+    d: int, h: int, n_routed: int, top_k: int, n_shared: int = 0
+) -> dict[str, int]:
+    """Parameters and FLOPs of one layer of SwiGLU experts of width h: n_shared on every token,
+    top_k of n_routed chosen by a router (a d x n_routed matrix).
+
+    Returns "experts" 3 d h (N_s + N) and "router" d N (the layer's parameters); "active"
+    3 d h (N_s + k) + d N (those one token multiplies with); "flops" 2 active (matmul FLOPs per
+    token, a multiply-add counted as 2); "combinations" C(N, k) (the sets of routed experts a
+    token can choose).
+    """
+    for name, v in (("d", d), ("h", h), ("n_routed", n_routed)):
+        positive_int(v, name)
+    integer(top_k, "top_k", 1, n_routed)
+    integer(n_shared, "n_shared", 0)
+    expert = 3 * d * h  # W, V (d, h) and W2 (h, d)
+    out = {
+        "experts": expert * (n_shared + n_routed),
+        "router": d * n_routed,
+        "active": expert * (n_shared + top_k) + d * n_routed,
+        "combinations": math.comb(n_routed, top_k),
+    }
+    out["flops"] = 2 * out["active"]
+    return out
+
+
+# --- expert parallelism: the all-to-all ---------------------------------------------------------
+
+
+def expert_parallel_moe(
+    x: torch.Tensor,
+    idx: torch.Tensor,
+    gates: torch.Tensor,
+    W: torch.Tensor,
+    V: torch.Tensor,
+    W2: torch.Tensor,
+    n_devices: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The routed MoE layer on P simulated devices (expert parallelism), and its traffic.
+
+    Device p holds tokens p T/P, ..., (p + 1) T/P - 1 and experts p N/P, ..., (p + 1) N/P - 1.
+    Dispatch (an all-to-all): each assignment (t, i) sends x_t from the token's device to the
+    expert's; each device runs its experts on what it received; combine (the reverse all-to-all):
+    each a_i E_i(x_t) returns to the token's device and is summed into y_t.
+
+    x: (T, d); idx, gates: (T, k); W, V: (N, d, h); W2: (N, h, d); P divides T and N.
+    Returns (y (T, d), sent (P, P) int64: the token vectors device p sends to device q in the
+    dispatch; the combine sends as many back, from q to p).
+    """
+    float_tensor(x, "x", ndim=2)
+    t, n = x.shape[0], W.shape[0]
+    index_tensor(idx, "idx", high=n, ndim=2)
+    shape_is(idx, "idx", (t, None))
+    same_shape(gates, idx, ("gates", "idx"))
+    n_dev = positive_int(n_devices, "n_devices")
+    divides(n_dev, "n_devices", t, "the number of tokens T")
+    divides(n_dev, "n_devices", n, "the number of experts N")
+    home = torch.arange(t, device=x.device) // (t // n_dev)  # (T,) device of token t
+    owner = idx // (n // n_dev)  # (T, k) device of expert idx[t, j]
+    sent = torch.zeros(n_dev, n_dev, dtype=torch.int64)
+    pairs = (home[:, None].expand_as(idx).reshape(-1).cpu(), owner.reshape(-1).cpu())
+    sent.index_put_(pairs, torch.ones(idx.numel(), dtype=torch.int64), accumulate=True)
+    y = torch.zeros_like(x)
+    for q in range(n_dev):  # each device (in parallel on real hardware)
+        tok, slot = (owner == q).nonzero(as_tuple=True)  # (n_q,) assignments sent to device q
+        inbox, expert = x[tok], idx[tok, slot]  # dispatch: (n_q, d) token vectors, (n_q,)
+        out = torch.zeros_like(inbox)
+        for i in range(q * (n // n_dev), (q + 1) * (n // n_dev)):  # its N / P experts
+            sel = expert == i
+            out[sel] = swiglu_ffn(inbox[sel], W[i], V[i], W2[i])
+        y = y.index_add(0, tok, gates[tok, slot, None] * out)  # combine: back to the tokens
+    return y, sent
 
 
 # --- total and active parameters -----------------------------------------------------------------
@@ -365,27 +524,25 @@ def train_toy_moe(
     k: int = 1,
     n_tokens: int = 512,
     batch: int = 128,
-    lr: float = 3e-3,
-    router_skew: float = 2.0,
+    lr: float = 1e-2,
+    spread: float = 1.5,
     z_weight: float = 0.0,
     seed: int = 0,
 ) -> dict[str, np.ndarray]:
     """Train a one-layer Switch-gated MoE on :func:`toy_task`: MSE + alpha L_lb + z_weight L_z.
 
-    The router starts skewed to expert 0, which sets up routing collapse. Returns NumPy arrays:
+    Router and experts start from :func:`init_experts` with no offset (the experts' output
+    weights scaled by 0.1, so that they start small against the targets). Returns NumPy arrays:
     "load" (steps, N), "aux" (N sum f P), "task", "z" per step; "final_load" (N,).
     """
     number(alpha, "alpha", 0.0)
     for name, v in (("steps", steps), ("n_tokens", n_tokens)):
         positive_int(v, name)
     integer(batch, "batch", 1, n_tokens)
-    x_all, y_all = toy_task(n_tokens, d, seed=seed)
+    x_all, y_all = toy_task(n_tokens, d, spread=spread, seed=seed)
     g = torch.Generator().manual_seed(seed + 1)
     params = init_experts(n_experts, d, h, generator=g)
-    params["W_r"] = params["W_r"] * 0.01
     params["W2"] = params["W2"] * 0.1
-    params["b_r"] = torch.zeros(n_experts)
-    params["b_r"][0] = router_skew
     for p in params.values():
         p.requires_grad_(True)
     opt = torch.optim.Adam(params.values(), lr=lr)
@@ -393,7 +550,7 @@ def train_toy_moe(
     for _ in range(steps):
         rows = torch.randperm(n_tokens, generator=g)[:batch]
         x, y = x_all[rows], y_all[rows]
-        logits = x @ params["W_r"] + params["b_r"]  # (B, N)
+        logits = x @ params["W_r"]  # (B, N)
         route = topk_route(logits, k, renormalize=False)
         out = moe_routed(x, route.idx, route.gates, params["W"], params["V"], params["W2"])
         task = ((out - y) ** 2).mean()
@@ -408,8 +565,7 @@ def train_toy_moe(
         hist["task"].append(task.item())
         hist["z"].append(zl.item())
     with torch.no_grad():
-        logits = x_all @ params["W_r"] + params["b_r"]
-        final = expert_load(topk_route(logits, k, renormalize=False).idx, n_experts)
+        final = expert_load(topk_route(x_all @ params["W_r"], k, renormalize=False).idx, n_experts)
     out = {key: np.asarray(v) for key, v in hist.items()}
     out["final_load"] = final.numpy()
     return out

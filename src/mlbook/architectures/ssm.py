@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from ..validation import (
     float_tensor,
     integer,
+    nonsingular,
     one_of,
     positive,
     positive_entries,
@@ -41,6 +42,7 @@ __all__ = [
     "scan_blelloch",
     "scan_combines",
     "selective_params",
+    "exprel",
     "selective_discretize",
     "selective_scan_sequential",
     "selective_scan_parallel",
@@ -75,7 +77,8 @@ def discretize_zoh(A: torch.Tensor, B: torch.Tensor, delta: float) -> Pair:
 def discretize_bilinear(A: torch.Tensor, B: torch.Tensor, delta: float) -> Pair:
     """Bilinear (Tustin, S4): Abar = (I - dA/2)^{-1} (I + dA/2), Bbar = (I - dA/2)^{-1} d B.
 
-    A: (N, N); B: (N,); delta = d > 0. Returns (Abar (N, N), Bbar (N,)).
+    A: (N, N); B: (N,); delta = d > 0, with I - dA/2 invertible (no eigenvalue of A at 2/d).
+    Returns (Abar (N, N), Bbar (N,)).
     """
     n = float_tensor(A, "A", ndim=2).shape[0]
     shape_is(A, "A", (n, n))
@@ -83,6 +86,7 @@ def discretize_bilinear(A: torch.Tensor, B: torch.Tensor, delta: float) -> Pair:
     delta = positive(delta, "delta")
     eye = torch.eye(n, dtype=A.dtype, device=A.device)
     left = eye - 0.5 * delta * A
+    nonsingular(left, f"I - (delta/2) A, for the bilinear rule with delta = {delta:g},")
     Abar = torch.linalg.solve(left, eye + 0.5 * delta * A)
     Bbar = torch.linalg.solve(left, delta * B[:, None])[:, 0]
     return Abar, Bbar
@@ -258,19 +262,30 @@ def selective_params(
     return F.softplus(x @ W_delta + b_delta), x @ W_B, x @ W_C
 
 
-def selective_discretize(delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor) -> Pair:
-    """Zero-order hold per step: Abar_t = exp(Delta_t A), Bbar_t = (Abar_t - 1) / A B_t.
+def exprel(z: torch.Tensor) -> torch.Tensor:
+    """(e^z - 1) / z elementwise, with its limit 1 (and slope 1/2) at z = 0; no cancellation.
 
-    delta: (T, D) > 0; A: (D, N), no zero entry; B: (T, N). Returns (Abar, Bbar), (T, D, N) each.
+    For |z| < 1e-5 the series 1 + z/2 + z^2/6 is exact to 1e-16 (the next term is z^3/24) and
+    keeps the slope, which autograd through expm1(z) / z would lose to cancellation.
+    """
+    small = z.abs() < 1e-5
+    safe = torch.where(small, torch.ones_like(z), z)  # no 0 / 0, not even in the unused branch
+    return torch.where(small, 1 + z / 2 + z * z / 6, torch.expm1(safe) / safe)
+
+
+def selective_discretize(delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor) -> Pair:
+    """Zero-order hold per step: Abar_t = exp(Delta_t A), Bbar_t = Delta_t exprel(Delta_t A) B_t.
+
+    exprel(z) = (e^z - 1) / z, so Bbar_t = (Abar_t - 1) / A B_t, and Delta_t B_t where A = 0.
+    delta: (T, D) > 0; A: (D, N); B: (T, N). Returns (Abar, Bbar), (T, D, N) each.
     """
     t, d = float_tensor(delta, "delta", ndim=2).shape
     shape_is(A, "A", (d, None))
     shape_is(B, "B", (t, A.shape[1]))
     positive_entries(delta, "delta")
-    positive_entries(A.abs(), "|A|")  # ZOH divides by A
     dA = delta[:, :, None] * A[None]  # (T, D, N)
     Abar = torch.exp(dA)
-    Bbar = torch.expm1(dA) / A[None] * B[:, None, :]  # (T, D, N)
+    Bbar = delta[:, :, None] * exprel(dA) * B[:, None, :]  # (T, D, N), exact at A = 0
     return Abar, Bbar
 
 

@@ -10,5 +10,6 @@ kv_cache        KV caches for MHA, MQA, GQA; sliding windows with sinks (24)
 mla             multi-head latent attention, absorbed weights, latent cache (25)
 online_softmax  streaming max/sum statistics and their merge (26)
 tiled           tiled attention in plain torch and its memory accounting (26)
+counting        the matrix products (and their FLOPs) that torch code performs (26)
 flash_triton    Triton FlashAttention forward (26; import it explicitly, it compiles a kernel)
 """

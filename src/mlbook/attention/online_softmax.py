@@ -1,7 +1,9 @@
 """Online softmax: the softmax statistics computed in one streaming pass (chapter 26).
 
 Running (m, l) merged block by block (eqs. 26.1-26.2), carrying the attention numerator
-(eq. 26.3), normalised at the end (eq. 26.4). An all-masked row finalises to 0, never nan.
+(eq. 26.3), normalised at the end (eq. 26.4). An all-masked row (l = 0) finalises to 0, never nan.
+For float16 and bfloat16 inputs the statistics and the numerator are float32, as FlashAttention
+keeps them: l lies between 1 and n, and a float16 sum overflows beyond 65504.
 
 Shape legend
     s  (..., n) scores, -inf = masked;  v  (n, d_v) or (..., n, d_v)
@@ -15,6 +17,7 @@ import torch
 from ..validation import finite_or_neg_inf, float_tensor, positive_int, same_shape, shape_is
 
 __all__ = [
+    "state_dtype",
     "softmax_stats",
     "merge_stats",
     "streaming_stats",
@@ -31,6 +34,11 @@ def _scores(s, name: str = "s") -> torch.Tensor:
     return finite_or_neg_inf(float_tensor(s, name, min_ndim=1, not_empty=True), name)
 
 
+def state_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the running state for inputs of ``dtype``: float32 for float16 and bfloat16."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 def _rescale(m_old: torch.Tensor, m_new: torch.Tensor) -> torch.Tensor:
     """exp(m_old - m_new), defined as 0 where m_old = -inf (an empty state; avoids -inf + inf)."""
     return torch.where(m_old == float("-inf"), torch.zeros_like(m_old), torch.exp(m_old - m_new))
@@ -43,9 +51,10 @@ def softmax_stats(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Row maximum m = max_i s_i and shifted sum l = sum_i e^(s_i - m). Implements eq. 26.1.
 
     s: (..., n) scores; -inf marks masked entries.
-    Returns m, l: (...) each; (-inf, 0) for an all-masked row.
+    Returns m, l: (...) each, float32 for float16/bfloat16 s; (-inf, 0) for an all-masked row.
     """
     s = _scores(s)
+    s = s.to(state_dtype(s.dtype))  # l <= n: a float16 sum would overflow past 65504
     m = s.max(dim=-1).values  # (...)
     m_safe = torch.where(m == float("-inf"), torch.zeros_like(m), m)
     l = torch.exp(s - m_safe[..., None]).sum(dim=-1)  # (..., n) -> (...)
@@ -70,12 +79,14 @@ def merge_stats(m_a, l_a, m_b, l_b) -> tuple[torch.Tensor, torch.Tensor]:
 def streaming_stats(s: torch.Tensor, block_size: int, history: bool = False):
     """(m, l) of s (..., n) block by block. Implements eqs. 26.1-26.2.
 
-    Returns (m, l), (...) each; with ``history=True`` also the running pair after every block.
+    Returns (m, l), (...) each (float32 for float16/bfloat16 s); with ``history=True`` also the
+    running pair after every block.
     """
     s = _scores(s)
     block_size = positive_int(block_size, "block_size")
-    m = torch.full(s.shape[:-1], float("-inf"), dtype=s.dtype, device=s.device)
-    l = torch.zeros(s.shape[:-1], dtype=s.dtype, device=s.device)
+    w = state_dtype(s.dtype)
+    m = torch.full(s.shape[:-1], float("-inf"), dtype=w, device=s.device)
+    l = torch.zeros(s.shape[:-1], dtype=w, device=s.device)
     steps = []
     for start in range(0, s.shape[-1], block_size):
         m_b, l_b = softmax_stats(s[..., start : start + block_size])  # the block's own eq. 26.1
@@ -89,12 +100,12 @@ def streaming_softmax(s: torch.Tensor, block_size: int) -> torch.Tensor:
     """softmax(s) along the last axis, e^(s_i - m) / l, from the streamed statistics.
 
     s: (..., n) scores;  block_size: as :func:`streaming_stats`.
-    Returns (..., n) probabilities; an all-masked row gives zeros.
+    Returns (..., n) probabilities in s's dtype; an all-masked row gives zeros.
     """
     m, l = streaming_stats(s, block_size)
     m_safe = torch.where(m == float("-inf"), torch.zeros_like(m), m)
     l_safe = torch.where(l == 0, torch.ones_like(l), l)
-    return torch.exp(s - m_safe[..., None]) / l_safe[..., None]
+    return (torch.exp(s.to(m.dtype) - m_safe[..., None]) / l_safe[..., None]).to(s.dtype)
 
 
 # --- eqs. 26.3-26.4: the same recurrence carrying the attention numerator ------------------------
@@ -104,13 +115,13 @@ def block_state(s: torch.Tensor, v: torch.Tensor):
     """The partial state (m, l, acc) of one block of keys, acc = sum_j e^(s_j - m) v_j.
 
     s: (..., B) scores of the block's keys;  v: (..., B, d_v) or (B, d_v) the block's values.
-    Returns m, l: (...);  acc: (..., d_v).
+    Returns m, l: (...);  acc: (..., d_v); float32 for float16/bfloat16 s.
     """
     s = _scores(s)
     m, l = softmax_stats(s)
     m_safe = torch.where(m == float("-inf"), torch.zeros_like(m), m)
-    p = torch.exp(s - m_safe[..., None])  # (..., B)
-    acc = (p[..., None, :] @ v)[..., 0, :]  # (..., 1, B) @ (B, d_v) -> (..., d_v)
+    p = torch.exp(s.to(m.dtype) - m_safe[..., None])  # (..., B)
+    acc = (p[..., None, :] @ v.to(m.dtype))[..., 0, :]  # (..., 1, B) @ (B, d_v) -> (..., d_v)
     return m, l, acc
 
 
@@ -128,14 +139,15 @@ def merge_states(state_a, state_b):
 
 
 def finalize(acc: torch.Tensor, l: torch.Tensor) -> torch.Tensor:
-    """attn = acc / l, 0 for an all-masked row. Implements eq. 26.4.
+    """attn = acc / l. Implements eq. 26.4.
 
     acc: (..., d_v) numerator;  l: (...) denominator.
-    Returns (..., d_v) attention output.
+    Returns (..., d_v) attention output. A row with l = 0 (no key seen, or every key masked)
+    gives 0, never 0/0 = nan: the book's convention for a fully masked row (chapter 19).
     """
     same_shape(acc[..., 0], l, ("acc[..., 0]", "l"))  # no broadcast may mix rows
-    l_safe = torch.where(l == 0, torch.ones_like(l), l)
-    return acc / l_safe[..., None]
+    empty = (l == 0)[..., None]  # (..., 1)
+    return torch.where(empty, torch.zeros_like(acc), acc / torch.where(empty, 1, l[..., None]))
 
 
 def streaming_attention(
@@ -143,21 +155,22 @@ def streaming_attention(
 ) -> torch.Tensor:
     """softmax(scale q k^T) v with keys streamed in blocks. Implements eqs. 26.1-26.4.
 
-    q: (..., d);  k: (n, d);  v: (n, d_v);  scale: default 1/sqrt(d). Returns (..., d_v).
+    q: (..., d);  k: (n, d);  v: (n, d_v);  scale: default 1/sqrt(d).
+    Returns (..., d_v) in q's dtype; the running state is float32 for float16/bfloat16 q.
     """
     k = float_tensor(k, "k", ndim=2, not_empty=True)
     v = shape_is(float_tensor(v, "v", ndim=2), "v", (k.shape[0], None))  # one value per key
     block_size = positive_int(block_size, "block_size")
     c = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    batch = q.shape[:-1]
+    batch, w = q.shape[:-1], state_dtype(q.dtype)
     state = (
-        torch.full(batch, float("-inf"), dtype=q.dtype, device=q.device),
-        torch.zeros(batch, dtype=q.dtype, device=q.device),
-        torch.zeros(batch + (v.shape[1],), dtype=q.dtype, device=q.device),
+        torch.full(batch, float("-inf"), dtype=w, device=q.device),
+        torch.zeros(batch, dtype=w, device=q.device),
+        torch.zeros(batch + (v.shape[1],), dtype=w, device=q.device),
     )
     for start in range(0, k.shape[0], block_size):
         k_b, v_b = k[start : start + block_size], v[start : start + block_size]
-        s = c * (q @ k_b.T)  # (..., d) @ (d, B) -> (..., B)
+        s = c * (q @ k_b.T).to(w)  # (..., d) @ (d, B) -> (..., B)
         state = merge_states(state, block_state(s, v_b))
     m, l, acc = state
-    return finalize(acc, l)
+    return finalize(acc, l).to(q.dtype)

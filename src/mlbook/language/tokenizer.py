@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from ..validation import integer, positive_int
+from ..validation import fresh_id, integer, positive_int
 
 __all__ = [
     "utf8_encode",
@@ -109,7 +109,9 @@ def merge_pair(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[i
     """Replace every occurrence of ``pair`` in ``ids``, scanning left to right, by ``new_id``.
 
     Occurrences do not overlap: ``a a a`` with the pair ``(a, a)`` becomes ``aa a``.
+    ``new_id`` must occur neither in ``ids`` nor in ``pair`` (decoding would be ambiguous).
     """
+    fresh_id(new_id, "new_id", ids, pair)
     a, b = pair
     out: list[int] = []
     i, n = 0, len(ids)

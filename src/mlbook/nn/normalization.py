@@ -7,6 +7,9 @@ Shape legend
     H      hidden width of a block's MLP
     L      depth: the number of blocks in a stack
     (..., D)  any leading axes: LayerNorm and RMSNorm act on every row independently
+
+16-bit inputs (float16, bfloat16) are normalised in float32 and the result cast back, as real
+kernels do: float16's squares overflow its maximum 65504 from |x| = 256 on.
 """
 
 from __future__ import annotations
@@ -54,6 +57,12 @@ __all__ = [
 ARCHS = ("plain", "residual", "pre_ln", "post_ln")
 
 
+def _accumulation_dtype(x: torch.Tensor) -> torch.dtype:
+    """float32 for a 16-bit float tensor (its statistics are accumulated in float32), else its
+    own dtype."""
+    return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+
+
 def _affine(v, name: str, size: int, like: torch.Tensor, default: float) -> torch.Tensor:
     """``v`` of shape (size,) (it must not broadcast), or a (size,) tensor of ``default``."""
     if v is None:
@@ -75,12 +84,13 @@ def standardize(
     backward pass)."""
     float_tensor(x, "x", min_ndim=1, not_empty=True)
     eps = number(eps, "eps", 0.0)
-    mu = x.mean(dim, keepdim=True)
-    var = ((x - mu) ** 2).mean(dim, keepdim=True)  # biased: divides by the size of dim
+    xa = x.to(_accumulation_dtype(x))  # 16-bit input: float32, its squares would overflow
+    mu = xa.mean(dim, keepdim=True)
+    var = ((xa - mu) ** 2).mean(dim, keepdim=True)  # biased: divides by the size of dim
     if eps == 0 and bool((var == 0).any()):
         raise ValueError("x has a constant slice and eps = 0: its variance is zero")
     inv_std = torch.rsqrt(var + eps)
-    return (x - mu) * inv_std, inv_std
+    return ((xa - mu) * inv_std).to(x.dtype), inv_std.to(x.dtype)
 
 
 def standardize_backward(
@@ -101,12 +111,15 @@ def layer_norm(
 ) -> torch.Tensor:
     """LayerNorm: y = gamma * x_hat + beta, x_hat standardised over the last axis (eq. 16.1).
 
-    x: (..., D). gamma, beta: (D,) gain and bias, or None for 1 and 0."""
+    x: (..., D). gamma, beta: (D,) gain and bias, or None for 1 and 0. A 16-bit x is normalised
+    in float32 and the result rounded once to its dtype."""
     D = x.shape[-1]
     gamma = _affine(gamma, "gamma", D, x, 1.0)
     beta = _affine(beta, "beta", D, x, 0.0)
-    x_hat, _ = standardize(x, -1, eps)
-    return gamma * x_hat + beta
+    acc = _accumulation_dtype(x)  # float32 for float16/bfloat16 input
+    x_hat, _ = standardize(x.to(acc), -1, eps)
+    y = gamma.to(acc) * x_hat + beta.to(acc)  # float32 for 16-bit input; rounded once below
+    return y.to(torch.promote_types(x.dtype, torch.promote_types(gamma.dtype, beta.dtype)))
 
 
 def _sum_leading(t: torch.Tensor) -> torch.Tensor:
@@ -153,20 +166,23 @@ def layer_norm_backward_naive(
 
 
 def _rms_stats(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    ms = (x * x).mean(-1, keepdim=True)
+    xa = x.to(_accumulation_dtype(x))  # 16-bit input: float32, its squares would overflow
+    ms = (xa * xa).mean(-1, keepdim=True)
     if eps == 0 and bool((ms == 0).any()):
         raise ValueError("x has an all-zero row and eps = 0: its RMS is zero")
     inv_rms = torch.rsqrt(ms + eps)  # (..., 1)
-    return x * inv_rms, inv_rms
+    return (xa * inv_rms).to(x.dtype), inv_rms.to(x.dtype)
 
 
 def rms_norm(x: torch.Tensor, gamma: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
     """RMSNorm(x) = gamma * x / sqrt(mean_j x_j^2 + eps) over the last axis (eq. 16.2).
 
-    x: (..., D). gamma: (D,) gain, or None for 1."""
+    x: (..., D). gamma: (D,) gain, or None for 1. A 16-bit x is normalised in float32 and the
+    result rounded once to its dtype."""
     gamma = _affine(gamma, "gamma", x.shape[-1], x, 1.0)
-    x_hat, _ = _rms_stats(x, number(eps, "eps", 0.0))
-    return gamma * x_hat
+    acc = _accumulation_dtype(x)  # float32 for float16/bfloat16 input
+    x_hat, _ = _rms_stats(x.to(acc), number(eps, "eps", 0.0))
+    return (gamma.to(acc) * x_hat).to(torch.promote_types(x.dtype, gamma.dtype))  # rounded once
 
 
 def rms_norm_backward(
@@ -245,8 +261,9 @@ def batch_norm_train(
     beta = _affine(beta, "beta", D, x, 0.0)
     x_hat, _ = standardize(x, 0, eps)
     with torch.no_grad():
-        mean = x.mean(0)
-        var = x.var(0, unbiased=False)
+        xa = x.to(_accumulation_dtype(x))  # 16-bit input: statistics in float32
+        mean = xa.mean(0).to(running_mean.dtype)
+        var = xa.var(0, unbiased=False).to(running_mean.dtype)
         new_mean, new_var = update_running_stats(
             running_mean, running_var, mean, var, x.shape[0], momentum
         )

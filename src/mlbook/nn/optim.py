@@ -1,4 +1,4 @@
-"""Optimizers: gradient descent, momentum, Adam/AdamW and gradient clipping (formula sheet, ch. 15).
+"""Optimizers: gradient descent, momentum, Adam/AdamW and gradient clipping (chapter 15).
 
 Every update rule is a *pure* function: it takes the parameter tensor, its optimizer state and
 its gradient, and returns new tensors without modifying its inputs. :class:`Optimizer` is a thin
@@ -12,10 +12,11 @@ Shape legend
     S      number of optimisation steps
     D      dimension of a quadratic problem, ``H`` is (D, D)
 
-Conventions (derived in chapter 15): the sheet's momentum keeps a *velocity* that already
-contains the learning rate, ``v = beta v - lr g; theta += v``; torch keeps a *buffer* of summed
-gradients, ``b = beta b + g; theta -= lr b``. For a constant learning rate ``v = -lr b`` at every
-step and the two produce the same iterates. Steps are counted from 1 in Adam's bias correction.
+Conventions (derived in chapter 15): the velocity form of momentum keeps a *velocity* that
+already contains the learning rate, ``v = beta v - lr g; theta += v``; the buffer form (torch's)
+keeps a sum of gradients, ``b = beta b + g; theta -= lr b``. For a constant learning rate
+``v = -lr b`` at every step and the two produce the same iterates. Steps are counted from 1 in
+Adam's bias correction.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def stability_limit(H: torch.Tensor) -> float:
 def momentum_step(
     theta: torch.Tensor, velocity: torch.Tensor, grad: torch.Tensor, lr: float, beta: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Heavy-ball momentum in the sheet's convention: ``v = beta v - lr g``, ``theta += v``.
+    """Heavy-ball momentum in the velocity form: ``v = beta v - lr g``, ``theta += v``.
 
     theta: (P) parameters. velocity: (P) the previous velocity (it contains the learning rate).
     grad: (P) gradient at ``theta``. lr: learning rate >= 0; beta: momentum coefficient in [0,
@@ -119,7 +120,7 @@ def momentum_step(
 def momentum_step_torch(
     theta: torch.Tensor, buf: torch.Tensor, grad: torch.Tensor, lr: float, beta: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Heavy-ball momentum in torch's convention: ``b = beta b + g``, ``theta -= lr b``.
+    """Heavy-ball momentum in the buffer form (torch's): ``b = beta b + g``, ``theta -= lr b``.
 
     theta: (P) parameters. buf: (P) the previous buffer (start with zeros). grad: (P) gradient at
     ``theta``. lr: learning rate >= 0; beta: momentum coefficient in [0, 1). Returns

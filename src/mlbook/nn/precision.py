@@ -1,4 +1,4 @@
-"""Floating-point formats, mixed precision and gradient accumulation (formula sheet, chapter 16).
+"""Floating-point formats, mixed precision and gradient accumulation (chapter 16).
 
 The numerics of training large models on limited memory: what a float16 or bfloat16 number can
 hold, why an update smaller than half the spacing of a weight is lost, how float32 master
@@ -97,9 +97,11 @@ def float_format(fmt) -> FloatFormat:
 
 
 def _exponent(x: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
-    """floor(log2 |x|) clamped below at the smallest normal exponent 1 - b (exact, via frexp)."""
-    _, e = torch.frexp(x)  # |x| = mantissa 2^e, mantissa in [0.5, 1)
-    return torch.clamp(e.to(torch.float64) - 1, min=1 - fmt.bias)
+    """floor(log2 |x|) clamped below at the smallest normal exponent 1 - b (exact, via frexp);
+    zero and the subnormals share that exponent."""
+    _, e = torch.frexp(x)  # |x| = mantissa 2^e, mantissa in [0.5, 1); frexp(0) gives e = 0
+    e = torch.where(x == 0, 1 - fmt.bias, e.to(torch.float64) - 1)  # log2 0 = -inf
+    return torch.clamp(e, min=1 - fmt.bias)
 
 
 def round_to_format(x, fmt) -> torch.Tensor:
@@ -119,7 +121,8 @@ def round_to_format(x, fmt) -> torch.Tensor:
 def spacing(x, fmt) -> torch.Tensor:
     """The gap between |x| and the next larger number of ``fmt`` (one unit in the last place).
 
-    x: float or (...) tensor of numbers representable in ``fmt``."""
+    x: float or (...) tensor of numbers representable in ``fmt``. At 0 it is the smallest
+    subnormal, as ``numpy.spacing`` gives."""
     fmt = float_format(fmt)
     x = finite(torch.as_tensor(x, dtype=torch.float64), "x")
     return torch.exp2(_exponent(x, fmt) - fmt.mantissa_bits)

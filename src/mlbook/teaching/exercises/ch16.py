@@ -4,7 +4,12 @@ The references are independent of the reader's answer and of :mod:`mlbook.nn.nor
 :mod:`mlbook.nn.precision` and :mod:`mlbook.nn.dropout`: gradients by autograd through
 ``F.layer_norm`` and ``F.batch_norm``, the two bfloat16 neighbours of a float32 from torch's own
 cast and ``torch.nextafter``, and the moments of a dropout unit by exact enumeration of all masks
-and by Monte Carlo through ``F.dropout``.
+and by Monte Carlo through ``F.dropout``; the predicted step factors from ``torch.optim``, RMSNorm's
+gradients from autograd through ``F.rms_norm``, and BatchNorm's spread from ``F.batch_norm`` on the
+same draws.
+
+Each typical wrong answer is written once, as a function below its check, and serves both the
+check's feedback and ``MISTAKES``.
 """
 
 from __future__ import annotations
@@ -25,24 +30,92 @@ EPS = 1e-5
 # --------------------------------------------------------------------------- 16.1
 
 
-def _normalised_loss(W, X, y, norm, unbiased=False):
+def _normalised_loss(W, X, y, norm):
     if norm == "layer":
         h = F.layer_norm(X, (X.shape[1],), eps=EPS)
-    elif unbiased:  # a typical mistake: BatchNorm with the unbiased batch variance
-        h = (X - X.mean(0)) / torch.sqrt(X.var(0, unbiased=True) + EPS)
     else:
         h = F.batch_norm(X, None, None, training=True, eps=EPS)
     return F.cross_entropy(h @ W.T, y)
 
 
-def _accumulated(W, X, y, S, norm, unbiased=False):
-    """(1/S) sum_s grad L_s by autograd, each micro-batch normalised on its own."""
+def _accumulated(W, X, y, S, norm):
+    """(1/S) sum_s grad L_s by autograd through torch's layers, each micro-batch on its own."""
     Wr = W.clone().requires_grad_(True)
     total = torch.zeros_like(W)
     for Xs, ys in zip(X.chunk(S), y.chunk(S), strict=True):
-        (g,) = torch.autograd.grad(_normalised_loss(Wr, Xs, ys, norm, unbiased), Wr)
+        (g,) = torch.autograd.grad(_normalised_loss(Wr, Xs, ys, norm), Wr)
         total += g
     return total / S
+
+
+def _grad(W, X, y, S, normalise, divide=True, reduction="mean"):
+    """The typical mistakes' gradients, written out (their own standardisation)."""
+    Wr = W.clone().requires_grad_(True)
+    total = torch.zeros_like(W)
+    for Xs, ys in zip(X.chunk(S), y.chunk(S), strict=True):
+        loss = F.cross_entropy(normalise(Xs) @ Wr.T, ys, reduction=reduction)
+        total += torch.autograd.grad(loss, Wr)[0]
+    return total / S if divide else total
+
+
+def _norm(kind, unbiased=False):
+    dim = 1 if kind == "layer" else 0
+    return lambda X: (
+        (X - X.mean(dim, keepdim=True))
+        / torch.sqrt(X.var(dim, unbiased=unbiased, keepdim=True) + EPS)
+    )
+
+
+def acc_no_division(W, X, y, S, norm):
+    return _grad(W, X, y, S, _norm(norm), divide=False)
+
+
+def acc_sum_loss(W, X, y, S, norm):
+    return _grad(W, X, y, S, _norm(norm), reduction="sum")
+
+
+def acc_axes_swapped(W, X, y, S, norm):
+    return _grad(W, X, y, S, _norm("batch" if norm == "layer" else "layer"))
+
+
+def acc_no_norm(W, X, y, S, norm):
+    return _grad(W, X, y, S, lambda X: X)
+
+
+def acc_unbiased_batch_variance(W, X, y, S, norm):
+    return _grad(W, X, y, S, _norm(norm, unbiased=norm == "batch"))
+
+
+def acc_full_batch_statistics(W, X, y, S, norm):
+    return _grad(W, X, y, 1, _norm(norm))
+
+
+def _wrong_accumulations(norm):
+    """(wrong answer, feedback) for one normalisation layer."""
+    axis = "the features of each example" if norm == "layer" else "the examples of the batch"
+    return [
+        (
+            acc_no_division,
+            "missing the division by S: summing the S micro-batch gradients gives S times the "
+            "mean gradient (eq. 16.5)",
+        ),
+        (
+            acc_sum_loss,
+            "each micro-batch loss must be the mean over its own examples, not the sum",
+        ),
+        (acc_axes_swapped, f"normalised over the wrong axis: {norm!r} standardises over {axis}"),
+        (acc_no_norm, "the normalisation layer is missing: the logits are norm(X) @ W.T"),
+        (
+            acc_unbiased_batch_variance,
+            "BatchNorm in training mode divides by the biased variance of the batch "
+            "(1/B, not 1/(B - 1))",
+        ),
+        (
+            acc_full_batch_statistics,
+            "that is the full-batch gradient: in training mode each micro-batch is "
+            "normalised with its own mean and variance",
+        ),
+    ]
 
 
 @exercise("16.1", "accumulated_grad")
@@ -56,30 +129,6 @@ def accumulated_grad(answer) -> str:
     for norm, S in [("layer", 1), ("layer", 4), ("batch", 1), ("batch", 4), ("batch", 8)]:
         want = _accumulated(W, X, y, S, norm)
         full = _accumulated(W, X, y, 1, norm)
-        other = "batch" if norm == "layer" else "layer"
-        wrong = {
-            "missing the division by S: summing the S micro-batch gradients gives S times the "
-            "mean gradient (eq. 16.5)": S * want,
-            "each micro-batch loss must be the mean over its own examples, not the sum": (B // S)
-            * want,
-            f"normalised over the wrong axis: {norm!r} standardises over "
-            + (
-                "the features of each example" if norm == "layer" else "the examples of the batch"
-            ): _accumulated(W, X, y, S, other),
-            "the normalisation layer is missing: the logits are norm(X) @ W.T": _accumulated_plain(
-                W, X, y, S
-            ),
-        }
-        if norm == "batch":
-            wrong[
-                "BatchNorm in training mode divides by the biased variance of the batch "
-                "(1/B, not 1/(B - 1))"
-            ] = _accumulated(W, X, y, S, norm, unbiased=True)
-            if S > 1:
-                wrong[
-                    "that is the full-batch gradient: in training mode each micro-batch is "
-                    "normalised with its own mean and variance"
-                ] = full
         if norm == "layer" or S == 1:
             expect(torch.allclose(want, full, atol=1e-13, rtol=0), "internal: reference broken")
         else:
@@ -88,7 +137,7 @@ def accumulated_grad(answer) -> str:
             attempt(answer, W.clone(), X.clone(), y.clone(), S, norm),
             want,
             f"accumulated_grad(W, X, y, S={S}, norm={norm!r})",
-            wrong=wrong,
+            wrong={fb: f(W, X, y, S, norm) for f, fb in _wrong_accumulations(norm)},
             atol=1e-12,
             rtol=1e-9,
         )
@@ -96,14 +145,6 @@ def accumulated_grad(answer) -> str:
         "matches autograd for LayerNorm (S = 1, 4: equal to the full-batch gradient) and "
         "BatchNorm (S = 1, 4, 8: different from it for S > 1)"
     )
-
-
-def _accumulated_plain(W, X, y, S):
-    Wr = W.clone().requires_grad_(True)
-    total = torch.zeros_like(W)
-    for Xs, ys in zip(X.chunk(S), y.chunk(S), strict=True):
-        total += torch.autograd.grad(F.cross_entropy(Xs @ Wr.T, ys), Wr)[0]
-    return total / S
 
 
 # --------------------------------------------------------------------------- 16.2
@@ -120,6 +161,56 @@ def _neighbours(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     lo = torch.where(exact | (near.float() < x), near, other).float()
     hi = torch.where(exact | (near.float() > x), near, other).float()
     return lo, hi
+
+
+def sr_round_to_nearest(x, g):
+    return x.to(torch.bfloat16).float()
+
+
+def sr_truncate(x, g):
+    return (x.view(torch.int32) & -(2**16)).view(torch.float32)
+
+
+def sr_coin_flip(x, g):
+    down = sr_truncate(x, g)
+    up = torch.nextafter(
+        down.to(torch.bfloat16),
+        torch.where(x >= 0, torch.tensor(float("inf")), torch.tensor(float("-inf"))).to(
+            torch.bfloat16
+        ),
+    ).float()
+    exact = down == x
+    coin = torch.rand(x.shape, generator=g) < 0.5
+    return torch.where(exact | ~coin, down, up)
+
+
+def sr_swapped(x, g):
+    bits = x.view(torch.int32)
+    low = bits & (2**16 - 1)
+    noise = torch.randint(0, 2**16, x.shape, generator=g, dtype=torch.int32)
+    carry = (low > 0) & (noise < 2**16 - low)  # probability 1 - low / 2^16
+    return ((bits & -(2**16)) + carry.int() * 2**16).view(torch.float32)
+
+
+def sr_half_noise(x, g):
+    noise = torch.randint(0, 2**15, x.shape, generator=g, dtype=torch.int32)
+    return ((x.view(torch.int32) + noise) & -(2**16)).view(torch.float32)
+
+
+_WRONG_ROUNDING = [
+    (
+        sr_round_to_nearest,
+        "that is round-to-nearest: it is deterministic, so its error repeats at every step",
+    ),
+    (sr_truncate, "that is truncation: it always rounds towards zero"),
+    (sr_coin_flip, "rounding up must have probability (x - a)/Δ, not 1/2"),
+    (
+        sr_swapped,
+        "the probabilities are swapped: x close to the neighbour a below should mostly round "
+        "down to a",
+    ),
+    (sr_half_noise, "the random integer must cover all 2^16 values of the low bits"),
+]
 
 
 @exercise("16.2", "stochastic_round_bf16")
@@ -157,23 +248,18 @@ def stochastic_round_bf16(answer) -> str:
         "some outputs are not one of the two bfloat16 neighbours of x",
     )
     inexact = ~exact
+
+    def up_frequency(rounded):  # how often each inexact value was rounded up, (6,)
+        return (rounded[:, inexact] == hi[inexact]).double().mean(0)
+
     q = ((values.double() - lo.double()) / (hi.double() - lo.double()))[inexact]
-    up = (out[:, inexact] == hi[inexact]).double().mean(0)  # frequency of rounding up
     expect_answer(
-        up,
+        up_frequency(out),
         q,
         "the frequency of rounding up for x = 1.001, -2.74, 3.3e-3, 1000.7, -0.3, 7.77e5",
         wrong={
-            "that is round-to-nearest: it is deterministic, so its error repeats at every step": (
-                q > 0.5
-            ).double(),
-            "that is truncation: it always rounds towards zero": (values[inexact] < 0).double(),
-            "rounding up must have probability (x - a)/Δ, not 1/2": torch.full_like(q, 0.5),
-            "the probabilities are swapped: x close to the neighbour a below should mostly round "
-            "down to a": 1 - q,
-            "the random integer must cover all 2^16 values of the low bits": torch.where(
-                values[inexact] > 0, (2 * q - 1).clamp(min=0), (2 * q).clamp(max=1)
-            ),
+            fb: up_frequency(f(x.clone(), torch.Generator().manual_seed(1621)))
+            for f, fb in _WRONG_ROUNDING
         },
         atol=0.02,
     )
@@ -215,28 +301,52 @@ def _exact_moments(w, x, p):
     return mean, ((ys - mean[:, None]) ** 2) @ prob
 
 
-def _wrong_moments(w, x, p):
-    mean = x @ w
-    var = (x**2) @ w**2 * p / (1 - p)
-    return {
-        "inverted dropout divides the survivors by 1 - p, so the mean is unchanged: E[y] = w^T x": (
-            (1 - p) * mean,
-            var,
-        ),
+def moments_scaled_mean(w, x, p):
+    return (1 - p) * (x @ w), (x**2) @ w**2 * p / (1 - p)
+
+
+def moments_not_inverted(w, x, p):
+    return x @ w, (x**2) @ w**2 * p * (1 - p)
+
+
+def moments_keep_probability(w, x, p):
+    return x @ w, (x**2) @ w**2 * (1 - p) / p
+
+
+def moments_correlated(w, x, p):
+    return x @ w, (x @ w) ** 2 * p / (1 - p)
+
+
+def moments_weights_not_squared(w, x, p):
+    return x @ w, (x**2) @ w * p / (1 - p)
+
+
+def moments_eval_mode(w, x, p):
+    return x @ w, torch.zeros(x.shape[0], dtype=x.dtype)
+
+
+_WRONG_MOMENTS = [
+    (
+        moments_scaled_mean,
+        "inverted dropout divides the survivors by 1 - p, so the mean is unchanged: E[y] = w^T x",
+    ),
+    (
+        moments_not_inverted,
         "the variance lacks the inverted scaling: Var[m x / (1 - p)] = x^2 p / (1 - p), "
-        "not x^2 p (1 - p)": (mean, (x**2) @ w**2 * p * (1 - p)),
-        "p is the drop probability: the variance of a unit is x^2 p / (1 - p)": (
-            mean,
-            (x**2) @ w**2 * (1 - p) / p,
-        ),
+        "not x^2 p (1 - p)",
+    ),
+    (
+        moments_keep_probability,
+        "p is the drop probability: the variance of a unit is x^2 p / (1 - p)",
+    ),
+    (
+        moments_correlated,
         "the masks are independent, so the variances of the units add: sum_j w_j^2 x_j^2 "
-        "p/(1 - p), not (w^T x)^2 p/(1 - p)": (mean, mean**2 * p / (1 - p)),
-        "Var[w_j d_j] = w_j^2 Var[d_j]: the weights enter squared": (
-            mean,
-            (x**2) @ w * p / (1 - p),
-        ),
-        "a variance of 0 is evaluation mode; in training the masks add noise": (mean, 0 * var),
-    }
+        "p/(1 - p), not (w^T x)^2 p/(1 - p)",
+    ),
+    (moments_weights_not_squared, "Var[w_j d_j] = w_j^2 Var[d_j]: the weights enter squared"),
+    (moments_eval_mode, "a variance of 0 is evaluation mode; in training the masks add noise"),
+]
 
 
 def _mean_var(result, what, B):
@@ -246,17 +356,14 @@ def _mean_var(result, what, B):
     )
 
 
-def _expect_moments(got, want, what, wrong, atol_mean, atol_var):
-    mean, var = got
-    for part, i, atol in (("mean", 0, atol_mean), ("variance", 1, atol_var)):
+def _expect_moments(got, want, what, wrong, atol):
+    for part, i in (("mean", 0), ("variance", 1)):
         wrong_i = {
-            k: v[i]
-            for k, v in wrong.items()
+            fb: v[i]
+            for fb, v in wrong.items()
             if not torch.allclose(v[i], want[i], atol=atol, rtol=0)
         }
-        expect_answer(
-            (mean, var)[i], want[i], f"the {part} of {what}", wrong=wrong_i, atol=atol, rtol=0
-        )
+        expect_answer(got[i], want[i], f"the {part} of {what}", wrong=wrong_i, atol=atol, rtol=0)
 
 
 @exercise("16.3", "dropout_linear_moments")
@@ -266,10 +373,10 @@ def dropout_linear_moments(answer) -> str:
     w = torch.randn(10, generator=gen, dtype=F64)
     x = torch.randn(3, 10, generator=gen, dtype=F64)
     for p in (0.3, 0.5, 0.9):
-        want = _exact_moments(w, x, p)
         what = f"dropout_linear_moments(w, x, p={p}) with D = 10"
         got = _mean_var(attempt(answer, w.clone(), x.clone(), p), what, 3)
-        _expect_moments(got, want, what, _wrong_moments(w, x, p), 1e-10, 1e-10)
+        wrong = {fb: f(w, x, p) for f, fb in _WRONG_MOMENTS}
+        _expect_moments(got, _exact_moments(w, x, p), what, wrong, 1e-10)
     # Monte Carlo through torch's own F.dropout, D = 20, p = 0.3
     p, n = 0.3, 200_000
     w20 = torch.randn(20, generator=gen, dtype=F64)
@@ -294,92 +401,240 @@ def dropout_linear_moments(answer) -> str:
     )
 
 
+# --------------------------------------------------------------------------- 16.4
+
+
+def _step_factors(S=8):
+    """|first step without the 1/S| / |correct first step| for torch's SGD and Adam, measured on
+    a softmax classifier whose gradient is accumulated over S micro-batches."""
+    gen = torch.Generator().manual_seed(164)
+    X = torch.randn(64, 10, generator=gen, dtype=F64)
+    y = torch.randint(0, 3, (64,), generator=gen)
+    W0 = 0.1 * torch.randn(3, 10, generator=gen, dtype=F64)
+
+    def first_step(make_optimizer, divide):
+        W = W0.clone().requires_grad_(True)
+        optimizer = make_optimizer([W])
+        for Xs, ys in zip(X.chunk(S), y.chunk(S), strict=True):
+            loss = F.cross_entropy(Xs @ W.T, ys)
+            (loss / S if divide else loss).backward()  # adds into W.grad
+        optimizer.step()
+        return (W.detach() - W0).norm().item()
+
+    out = []
+    for make in (
+        lambda ps: torch.optim.SGD(ps, lr=0.1),
+        lambda ps: torch.optim.Adam(ps, lr=0.01),
+    ):
+        out.append(first_step(make, divide=False) / first_step(make, divide=True))
+    return tuple(out)
+
+
+def factors_both_eight():
+    return 8.0, 8.0
+
+
+def factors_both_one():
+    return 1.0, 1.0
+
+
+def factors_adam_sqrt():
+    return 8.0, math.sqrt(8.0)
+
+
+def factors_swapped():
+    return 1.0, 8.0
+
+
+_WRONG_SGD = {
+    1.0: "SGD's step is η times the gradient: forgetting the 1/S makes the gradient, and the "
+    "step, S = 8 times too large",
+}
+_WRONG_ADAM = {
+    8.0: "Adam divides by sqrt(v̂), which grows by S with the gradient: its step does not change",
+    math.sqrt(8.0): "v̂ grows by S² but Adam divides by its square root, which grows by S, as "
+    "m̂ does: its step does not change",
+}
+
+
+@exercise("16.4", "predict_step_factors")
+def predict_step_factors(predict) -> str:
+    """The guessed step factors vs torch.optim.SGD and Adam with a forgotten 1/S."""
+    sgd, adam = _step_factors()
+    guess = expect_tuple(attempt(predict), "predict_step_factors()", ("sgd", "adam"))
+    for what, got, want, wrong in [
+        ("your factor for SGD", guess[0], sgd, _WRONG_SGD),
+        ("your factor for Adam", guess[1], adam, _WRONG_ADAM),
+    ]:
+        got = as_tensor(got, what)
+        expect(got.numel() == 1, f"{what} should be one number, got shape {tuple(got.shape)}")
+        expect_answer(
+            got.reshape(()),
+            want,
+            what,
+            wrong={fb: value for value, fb in wrong.items()},
+            atol=0,
+            rtol=0.05,
+        )
+    return (
+        f"measured: SGD's first step is {sgd:.3f} times too long, Adam's {adam:.3f} times: Adam "
+        "divides the forgotten S out again"
+    )
+
+
+# --------------------------------------------------------------------------- 16.5
+
+
+def _rms_parts(dy, x, gamma):
+    r = torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-6)  # (..., 1)
+    return x / r, r, gamma * dy  # x_hat, r, the gradient at x_hat
+
+
+def grads_with_mean_term(dy, x, gamma):
+    x_hat, r, g = _rms_parts(dy, x, gamma)
+    dx = (g - g.mean(-1, keepdim=True) - x_hat * (g * x_hat).mean(-1, keepdim=True)) / r
+    return dx, (dy * x_hat).reshape(-1, x.shape[-1]).sum(0)
+
+
+def grads_r_constant(dy, x, gamma):
+    x_hat, r, g = _rms_parts(dy, x, gamma)
+    return g / r, (dy * x_hat).reshape(-1, x.shape[-1]).sum(0)
+
+
+def grads_without_gamma(dy, x, gamma):
+    x_hat, r, _ = _rms_parts(dy, x, gamma)
+    dx = (dy - x_hat * (dy * x_hat).mean(-1, keepdim=True)) / r
+    return dx, (dy * x_hat).reshape(-1, x.shape[-1]).sum(0)
+
+
+def grads_dgamma_per_row(dy, x, gamma):
+    x_hat, r, g = _rms_parts(dy, x, gamma)
+    return (g - x_hat * (g * x_hat).mean(-1, keepdim=True)) / r, dy * x_hat
+
+
+_WRONG_DX = [
+    (
+        grads_with_mean_term,
+        "RMSNorm subtracts no mean: the term -mean(γ ⊙ dy) belongs to LayerNorm's backward pass",
+    ),
+    (
+        grads_r_constant,
+        "r depends on x too: dx needs the term -x̂ mean(γ ⊙ dy ⊙ x̂), as in (I - x̂ x̂ᵀ/D)/r",
+    ),
+    (grads_without_gamma, "the gradient at x̂ is γ ⊙ dy: the gain multiplies the upstream gradient"),
+]
+_WRONG_DGAMMA = [
+    (grads_dgamma_per_row, "sum dγ over every row: one gain is shared by all rows"),
+]
+
+
+@exercise("16.5", "rms_norm_grads")
+def rms_norm_grads(answer) -> str:
+    """RMSNorm's hand-written gradients vs autograd through F.rms_norm, two shapes."""
+    gen = torch.Generator().manual_seed(165)
+    for shape in [(6, 16), (2, 3, 8)]:
+        D = shape[-1]
+        x = torch.randn(*shape, generator=gen, dtype=F64) * 2 + 0.5
+        gamma = torch.randn(D, generator=gen, dtype=F64)
+        dy = torch.randn(*shape, generator=gen, dtype=F64)
+        xr, gr = x.clone().requires_grad_(True), gamma.clone().requires_grad_(True)
+        want = torch.autograd.grad((F.rms_norm(xr, (D,), gr, eps=1e-6) * dy).sum(), (xr, gr))
+        what = f"rms_norm_grads(dy, x, gamma) for x of shape {shape}"
+        got = expect_tuple(
+            attempt(answer, dy.clone(), x.clone(), gamma.clone()), what, ("dx", "dgamma")
+        )
+        for i, part, wrong in [(0, "dx", _WRONG_DX), (1, "dgamma", _WRONG_DGAMMA)]:
+            expect_answer(
+                got[i],
+                want[i],
+                f"{part} of {what}",
+                wrong={fb: f(dy, x, gamma)[i] for f, fb in wrong},
+                atol=1e-12,
+                rtol=1e-9,
+            )
+    return "dx and dγ match autograd through F.rms_norm for x of shapes (6, 16) and (2, 3, 8)"
+
+
+# --------------------------------------------------------------------------- 16.6
+
+
+def _spreads(x0, batch_sizes, n_batches, gen, *, unbiased=False, include_x0=True, var=False):
+    """Training-mode BatchNorm output spread by F.batch_norm on the reader's draws; the keywords
+    make the typical mistakes."""
+    out = []
+    for B in batch_sizes:
+        others = torch.randn(n_batches, B - 1, generator=gen, dtype=F64)
+        batch = torch.cat([torch.full((n_batches, 1), float(x0), dtype=F64), others], 1)
+        if unbiased:
+            y = (batch - batch.mean(1, keepdim=True)) / torch.sqrt(batch.var(1, keepdim=True) + EPS)
+        elif include_x0:
+            y = F.batch_norm(batch.T.contiguous(), None, None, training=True, eps=EPS).T
+        else:  # standardise x0 with its batch-mates' statistics only
+            m = others.mean(1, keepdim=True)
+            y = (batch - m) / torch.sqrt(others.var(1, unbiased=False, keepdim=True) + EPS)
+        spread = y[:, 0].std()
+        out.append(spread**2 if var else spread)
+    return torch.stack(out)
+
+
+def spread_as_variance(x0, batch_sizes, n_batches, gen):
+    return _spreads(x0, batch_sizes, n_batches, gen, var=True)
+
+
+def spread_unbiased(x0, batch_sizes, n_batches, gen):
+    return _spreads(x0, batch_sizes, n_batches, gen, unbiased=True)
+
+
+def spread_without_x0(x0, batch_sizes, n_batches, gen):
+    return _spreads(x0, batch_sizes, n_batches, gen, include_x0=False)
+
+
+_WRONG_SPREAD = [
+    (spread_as_variance, "that is the variance over the batches; return the standard deviation"),
+    (
+        spread_unbiased,
+        "BatchNorm in training mode divides by the biased variance of the batch (1/B)",
+    ),
+    (
+        spread_without_x0,
+        "x0 belongs to its batch: the mean and variance are taken over all B examples, x0 included",
+    ),
+]
+
+
+@exercise("16.6", "bn_output_spread")
+def bn_output_spread(answer) -> str:
+    """Measured spreads vs F.batch_norm on the same draws; the slope of the spread against B."""
+    sizes, n = [2, 4, 8, 16, 64, 256, 1024], 1000
+    for x0 in (1.5, 0.0):
+        got = attempt(answer, x0, list(sizes), n, torch.Generator().manual_seed(166))
+        want = _spreads(x0, sizes, n, torch.Generator().manual_seed(166))
+        expect_answer(
+            got,
+            want,
+            f"bn_output_spread(x0={x0}, batch_sizes={sizes}, n_batches={n}, gen)",
+            wrong={
+                fb: f(x0, sizes, n, torch.Generator().manual_seed(166)) for f, fb in _WRONG_SPREAD
+            },
+            atol=1e-10,
+            rtol=1e-8,
+        )
+    spread = _spreads(1.5, sizes, n, torch.Generator().manual_seed(166))
+    big = [i for i, B in enumerate(sizes) if B >= 64]
+    logs = torch.log(torch.tensor([float(sizes[i]) for i in big], dtype=F64))
+    slope = float(
+        torch.linalg.lstsq(
+            torch.stack([logs, torch.ones_like(logs)], 1), torch.log(spread[big])[:, None]
+        ).solution[0, 0]
+    )
+    return (
+        f"matches F.batch_norm on the same draws for B = 2 to 1024; for x0 = 1.5 the spread is "
+        f"{float(spread[0]):.2f} at B = 2 and falls with log-log slope {slope:.2f} for B >= 64"
+    )
+
+
 # Typical wrong answers (one place: the tests build each and check that it is rejected with
 # its feedback) ---------------------------------------------------------------------
-
-
-# 16.1 ---------------------------------------------------------------------------------------
-
-
-def _grad(W, X, y, S, normalise, divide=True, reduction="mean"):
-    Wr = W.clone().requires_grad_(True)
-    total = torch.zeros_like(W)
-    for Xs, ys in zip(X.chunk(S), y.chunk(S), strict=True):
-        loss = F.cross_entropy(normalise(Xs) @ Wr.T, ys, reduction=reduction)
-        total += torch.autograd.grad(loss, Wr)[0]
-    return total / S if divide else total
-
-
-def _norm(kind):
-    if kind == "layer":
-        return lambda X: (
-            (X - X.mean(1, keepdim=True))
-            / torch.sqrt(X.var(1, unbiased=False, keepdim=True) + 1e-5)
-        )
-    return lambda X: (X - X.mean(0)) / torch.sqrt(X.var(0, unbiased=False) + 1e-5)
-
-
-def acc_no_division(W, X, y, S, norm):
-    return _grad(W, X, y, S, _norm(norm), divide=False)
-
-
-def acc_full_batch_statistics(W, X, y, S, norm):
-    return _grad(W, X, y, 1, _norm(norm))
-
-
-def acc_unbiased_batch_variance(W, X, y, S, norm):
-    if norm == "layer":
-        return _grad(W, X, y, S, _norm(norm))
-    return _grad(W, X, y, S, lambda X: (X - X.mean(0)) / torch.sqrt(X.var(0) + 1e-5))
-
-
-def acc_axes_swapped(W, X, y, S, norm):
-    return _grad(W, X, y, S, _norm("batch" if norm == "layer" else "layer"))
-
-
-def acc_sum_loss(W, X, y, S, norm):
-    return _grad(W, X, y, S, _norm(norm), reduction="sum")
-
-
-def acc_no_norm(W, X, y, S, norm):
-    return _grad(W, X, y, S, lambda X: X)
-
-
-# 16.2 ---------------------------------------------------------------------------------------
-
-
-def sr_round_to_nearest(x, g):
-    return x.to(torch.bfloat16).float()
-
-
-def sr_truncate(x, g):
-    return (x.view(torch.int32) & -(2**16)).view(torch.float32)
-
-
-def sr_coin_flip(x, g):
-    down = sr_truncate(x, g)
-    up = torch.nextafter(
-        down.to(torch.bfloat16),
-        torch.where(x >= 0, torch.tensor(float("inf")), torch.tensor(float("-inf"))).to(
-            torch.bfloat16
-        ),
-    ).float()
-    exact = down == x
-    coin = torch.rand(x.shape, generator=g) < 0.5
-    return torch.where(exact | ~coin, down, up)
-
-
-def sr_swapped(x, g):
-    bits = x.view(torch.int32)
-    low = bits & (2**16 - 1)
-    noise = torch.randint(0, 2**16, x.shape, generator=g, dtype=torch.int32)
-    carry = (low > 0) & (noise < 2**16 - low)  # probability 1 - low / 2^16
-    return ((bits & -(2**16)) + carry.int() * 2**16).view(torch.float32)
-
-
-def sr_half_noise(x, g):
-    noise = torch.randint(0, 2**15, x.shape, generator=g, dtype=torch.int32)
-    return ((x.view(torch.int32) + noise) & -(2**16)).view(torch.float32)
 
 
 def sr_bfloat16_dtype(x, g):
@@ -390,63 +645,34 @@ def sr_no_rounding(x, g):
     return x.clone()
 
 
-# 16.3 ---------------------------------------------------------------------------------------
-
-
-def moments_scaled_mean(w, x, p):
-    mean, var = _ref("16.3", "dropout_linear_moments")(w, x, p)
-    return (1 - p) * mean, var
-
-
-def moments_not_inverted(w, x, p):
-    return x @ w, (x**2) @ w**2 * p * (1 - p)
-
-
-def moments_keep_probability(w, x, p):
-    return x @ w, (x**2) @ w**2 * (1 - p) / p
-
-
-def moments_correlated(w, x, p):
-    return x @ w, (x @ w) ** 2 * p / (1 - p)
-
-
-def moments_weights_not_squared(w, x, p):
-    return x @ w, (x**2) @ w * p / (1 - p)
-
-
-def moments_eval_mode(w, x, p):
-    return x @ w, torch.zeros(x.shape[0], dtype=x.dtype)
-
-
 def moments_single_tensor(w, x, p):
     return torch.stack(_ref("16.3", "dropout_linear_moments")(w, x, p))
 
 
+def factors_one_number():
+    return 8.0
+
+
+def _feedback(fb):
+    return fb.split(":")[0]
+
+
 MISTAKES = {
-    "16.1": [
-        (acc_no_division, "missing the division by S"),
-        (acc_full_batch_statistics, "that is the full-batch gradient"),
-        (acc_unbiased_batch_variance, "biased variance"),
-        (acc_axes_swapped, "normalised over the wrong axis"),
-        (acc_sum_loss, "not the sum"),
-        (acc_no_norm, "normalisation layer is missing"),
-    ],
-    "16.2": [
-        (sr_round_to_nearest, "that is round-to-nearest"),
-        (sr_truncate, "that is truncation"),
-        (sr_coin_flip, "not 1/2"),
-        (sr_swapped, "probabilities are swapped"),
-        (sr_half_noise, "all 2^16 values"),
+    "16.1": [(f, _feedback(fb)) for f, fb in _wrong_accumulations("batch")],
+    "16.2": [(f, _feedback(fb)) for f, fb in _WRONG_ROUNDING]
+    + [
         (sr_bfloat16_dtype, "should return float32"),
         (sr_no_rounding, "not bfloat16 numbers"),
     ],
-    "16.3": [
-        (moments_scaled_mean, "the mean is unchanged"),
-        (moments_not_inverted, "lacks the inverted scaling"),
-        (moments_keep_probability, "p is the drop probability"),
-        (moments_correlated, "variances of the units add"),
-        (moments_weights_not_squared, "weights enter squared"),
-        (moments_eval_mode, "evaluation mode"),
-        (moments_single_tensor, "should return a pair (mean, var)"),
+    "16.3": [(f, _feedback(fb)) for f, fb in _WRONG_MOMENTS]
+    + [(moments_single_tensor, "should return a pair (mean, var)")],
+    "16.4": [
+        (factors_both_eight, "its step does not change"),
+        (factors_adam_sqrt, "divides by its square root"),
+        (factors_both_one, "S = 8 times too large"),
+        (factors_swapped, "S = 8 times too large"),
+        (factors_one_number, "should return a pair (sgd, adam)"),
     ],
+    "16.5": [(f, _feedback(fb)) for f, fb in _WRONG_DX + _WRONG_DGAMMA],
+    "16.6": [(f, _feedback(fb)) for f, fb in _WRONG_SPREAD],
 }

@@ -3,8 +3,13 @@
 The references are independent of the reader's answer: Python's own UTF-8 codec and its incremental
 decoder (``codecs``), the naive BPE encoder ``tok.encode_naive`` on merge lists cut by hand, splits
 worked out by hand on a small WordPiece vocabulary and the real WordPiece tokenizer of
-all-MiniLM-L6-v2 (through the ``tokenizers`` library, where it is installed), and autograd on a tied
-embedding model.
+all-MiniLM-L6-v2 (through the ``tokenizers`` library, where it is installed), autograd on a tied
+embedding model, the experiment itself (17.5), and an encoder written here that applies every merge
+in training order (17.6).
+
+Each typical wrong answer is written once, as a function below; a check compares the reader's
+answer with those functions' results (to name the mistake), and ``MISTAKES`` lists the same
+functions (the tests feed each to its check).
 """
 
 from __future__ import annotations
@@ -13,13 +18,14 @@ import codecs
 import functools
 import os
 import unicodedata
+from itertools import pairwise
 
 import torch
 import torch.nn.functional as F
 
 from ...language import corpora as datasets
 from ...language import tokenizer as tok
-from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer
+from . import Incorrect, as_int, as_tensor, attempt, exercise, expect, expect_answer, expect_tuple
 from . import reference_answer as _ref
 
 F64 = torch.float64
@@ -68,6 +74,10 @@ def _valid(b: bytes) -> bool:
     return True
 
 
+def _invalid(vocab) -> list[int]:
+    return [i for i, b in enumerate(vocab) if not _valid(b)]
+
+
 def _greedy_ids(vocab: list[bytes], text: str) -> list[int]:
     """Cut the bytes of text greedily into the longest tokens of vocab (any valid cut will do)."""
     index = {b: i for i, b in enumerate(vocab)}
@@ -82,22 +92,87 @@ def _greedy_ids(vocab: list[bytes], text: str) -> list[int]:
     return ids
 
 
-def _streamed(vocab, ids, errors=None, hold_whole=False):
-    """Reference (errors=None) and typical wrong ways of streaming the decoded text."""
-    if errors is not None:
-        return [vocab[i].decode("utf-8", errors=errors) for i in ids]
-    if hold_whole:  # emits nothing until the whole buffer decodes
-        out, pending = [], b""
-        for i in ids:
-            pending += vocab[i]
-            if _valid(pending):
-                out.append(pending.decode("utf-8"))
-                pending = b""
-            else:
-                out.append("")
-        return out
+def _streamed(vocab, ids) -> list[str]:
+    """The reference: Python's incremental UTF-8 decoder, fed one token at a time."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     return [decoder.decode(vocab[i]) for i in ids]
+
+
+def invalid_single_bytes_only(vocab):
+    return list(range(128, 256))
+
+
+def invalid_non_ascii(vocab):
+    return [i for i, b in enumerate(vocab) if not b.isascii()]
+
+
+def invalid_valid_ones(vocab):
+    return [i for i, b in enumerate(vocab) if _valid(b)]
+
+
+def invalid_by_replacement_char(vocab):
+    return [i for i, b in enumerate(vocab) if "\ufffd" in b.decode("utf-8", errors="replace")]
+
+
+def invalid_with_del(vocab):
+    return sorted(set(_invalid(vocab)) | {127})
+
+
+def invalid_count(vocab):
+    return len(_invalid(vocab))
+
+
+def stream_replace(vocab, ids):
+    return [vocab[i].decode("utf-8", errors="replace") for i in ids]
+
+
+def stream_ignore(vocab, ids):
+    return [vocab[i].decode("utf-8", errors="ignore") for i in ids]
+
+
+def stream_hold_whole_buffer(vocab, ids):
+    out, pending = [], b""
+    for i in ids:
+        pending += vocab[i]
+        if _valid(pending):
+            out.append(pending.decode("utf-8"))
+            pending = b""
+        else:
+            out.append("")
+    return out
+
+
+def stream_at_the_end(vocab, ids):
+    return [""] * (len(ids) - 1) + [b"".join(vocab[i] for i in ids).decode("utf-8")]
+
+
+def stream_joined(vocab, ids):
+    return "".join(_streamed(vocab, ids))
+
+
+WRONG_INVALID = {
+    "merged tokens can be invalid too: a merge can join bytes of two characters (b'a\\xc3')": (
+        invalid_single_bytes_only
+    ),
+    "a complete multi-byte character such as ç (b'\\xc3\\xa7') is valid UTF-8": invalid_non_ascii,
+    "those are the valid tokens; return the invalid ones": invalid_valid_ones,
+    "U+FFFD is a valid character: decode strictly instead of looking for U+FFFD after "
+    "errors='replace'": invalid_by_replacement_char,
+    "0x7F (DEL) is ASCII and valid; the invalid single bytes are 0x80 to 0xFF": invalid_with_del,
+}
+WRONG_STREAM = {
+    "decoding token by token turns the bytes of a character split across tokens into U+FFFD: "
+    "hold them back until the character is complete": stream_replace,
+    "characters split across tokens disappear: hold their bytes back instead of ignoring them": (
+        stream_ignore
+    ),
+    "print the complete characters at once and hold back only the incomplete one at the end": (
+        stream_hold_whole_buffer
+    ),
+    "print each character as soon as its last byte has arrived, not all at the end": (
+        stream_at_the_end
+    ),
+}
 
 
 @exercise("17.1", "invalid_token_ids", "stream_decode")
@@ -121,29 +196,11 @@ def invalid_and_stream(invalid_token_ids, stream_decode) -> str:
         ("the chapter's bilingual vocabulary", bilingual),
         ("a vocabulary with hand-made tokens", hand),
     ):
-        want = [i for i, b in enumerate(vocab) if not _valid(b)]
-        got = attempt(invalid_token_ids, list(vocab))
         _expect_list(
-            got,
-            want,
+            attempt(invalid_token_ids, list(vocab)),
+            _invalid(vocab),
             f"invalid_token_ids for {name}",
-            wrong={
-                "merged tokens can be invalid too: a merge can join bytes of two characters "
-                "(b'a\\xc3')": list(range(128, 256)),
-                "a complete multi-byte character such as ç (b'\\xc3\\xa7') is valid UTF-8": [
-                    i for i, b in enumerate(vocab) if not b.isascii()
-                ],
-                "those are the valid tokens; return the invalid ones": [
-                    i for i, b in enumerate(vocab) if _valid(b)
-                ],
-                "U+FFFD is a valid character: decode strictly instead of looking for U+FFFD after "
-                "errors='replace'": [
-                    i for i, b in enumerate(vocab) if "\ufffd" in b.decode("utf-8", "replace")
-                ],
-                "0x7F (DEL) is ASCII and valid; the invalid single bytes are 0x80 to 0xFF": sorted(
-                    set(want) | {127}
-                ),
-            },
+            wrong={fb: f(vocab) for fb, f in WRONG_INVALID.items()},
         )
     texts = ["Çocuklar bahçede oynuyorlardı.", "İstanbul'da ılık bir gün 🙂", "naïve café, 5 € 🇹🇷"]
     for name, vocab, cut in (
@@ -154,27 +211,15 @@ def invalid_and_stream(invalid_token_ids, stream_decode) -> str:
             ids = cut(text)
             want = _streamed(vocab, ids)
             expect("".join(want) == text, "internal: the reference decoder is broken")
-            got = attempt(stream_decode, list(vocab), list(ids))
             _expect_list(
-                got,
+                attempt(stream_decode, list(vocab), list(ids)),
                 want,
                 f"stream_decode for {text!r} with {name}",
-                wrong={
-                    "decoding token by token turns the bytes of a character split across tokens "
-                    "into U+FFFD: hold them back until the character is complete": _streamed(
-                        vocab, ids, errors="replace"
-                    ),
-                    "characters split across tokens disappear: hold their bytes back instead of "
-                    "ignoring them": _streamed(vocab, ids, errors="ignore"),
-                    "print the complete characters at once and hold back only the incomplete one "
-                    "at the end": _streamed(vocab, ids, hold_whole=True),
-                    "print each character as soon as its last byte has arrived, not all at "
-                    "the end": [""] * (len(ids) - 1) + [text],
-                },
+                wrong={fb: f(vocab, ids) for fb, f in WRONG_STREAM.items()},
             )
     ids = tok.encode(_corpus()["bilingual"], texts[0])
     expect(
-        "".join(_streamed(bilingual, ids, errors="replace")) != texts[0],
+        "".join(stream_replace(bilingual, ids)) != texts[0],
         "internal: the bilingual tokenizer should split the Ç of the Turkish sentence",
     )
     return (
@@ -192,9 +237,46 @@ def _n_tokens(bpe, m, text):
     return len(tok.encode_naive(tok.BPE(bpe.merges[:m]), text))  # the independent encoder
 
 
-def _bytes_per_token(bpe, m, text, unit="bytes"):
-    n = len(text.encode("utf-8")) if unit == "bytes" else len(text)
-    return n / _n_tokens(bpe, m, text)
+def _table(bpe_a, bpe_b, texts, m_a, m_b, unit="bytes"):
+    """Size of each text (in UTF-8 bytes or characters) per token under two truncated BPEs."""
+
+    def size(t):
+        return len(t.encode("utf-8")) if unit == "bytes" else len(t)
+
+    return torch.tensor(
+        [[size(t) / _n_tokens(b, m, t) for t in texts] for b, m in ((bpe_a, m_a), (bpe_b, m_b))],
+        dtype=F64,
+    )
+
+
+def _equal_size(bpe_a, bpe_b, texts, unit="bytes"):
+    m = min(len(bpe_a.merges), len(bpe_b.merges))
+    return _table(bpe_a, bpe_b, texts, m, m, unit)
+
+
+def bpt_untruncated(bpe_a, bpe_b, texts):
+    return _table(bpe_a, bpe_b, texts, len(bpe_a.merges), len(bpe_b.merges))
+
+
+def bpt_characters(bpe_a, bpe_b, texts):
+    return _equal_size(bpe_a, bpe_b, texts, unit="chars")
+
+
+def bpt_tokens_per_byte(bpe_a, bpe_b, texts):
+    return 1 / _equal_size(bpe_a, bpe_b, texts)
+
+
+def bpt_transposed(bpe_a, bpe_b, texts):
+    return _equal_size(bpe_a, bpe_b, texts).T
+
+
+WRONG_BPT = {
+    "compare at equal size: cut both tokenizers to the smaller number of merges": bpt_untruncated,
+    "bytes per token counts UTF-8 bytes, not characters (a Turkish letter takes two bytes)": (
+        bpt_characters
+    ),
+    "that is tokens per byte; the compression ratio is bytes per token": bpt_tokens_per_byte,
+}
 
 
 @exercise("17.2", "equal_size_bytes_per_token")
@@ -204,30 +286,12 @@ def equal_size_bytes_per_token(answer) -> str:
     texts = [c["heldout_en"], c["heldout_tr"], "Çocuklar bahçede oynuyorlardı."]
     for a_name, b_name in (("bilingual", "english"), ("english", "turkish")):
         a, b = c[a_name], c[b_name]
-        m = min(len(a.merges), len(b.merges))
-
-        def table(ma, mb, unit="bytes", a=a, b=b):
-            return torch.tensor(
-                [
-                    [_bytes_per_token(bpe, k, t, unit) for t in texts]
-                    for bpe, k in ((a, ma), (b, mb))
-                ],
-                dtype=F64,
-            )
-
-        want = table(m, m)
+        want = _equal_size(a, b, texts)
         expect_answer(
             attempt(answer, a, b, list(texts)),
             want,
             f"equal_size_bytes_per_token({a_name}, {b_name}, texts)",
-            wrong={
-                "compare at equal size: cut both tokenizers to the smaller number of merges": table(
-                    len(a.merges), len(b.merges)
-                ),
-                "bytes per token counts UTF-8 bytes, not characters (a Turkish letter takes "
-                "two bytes)": table(m, m, unit="chars"),
-                "that is tokens per byte; the compression ratio is bytes per token": 1 / want,
-            },
+            wrong={fb: f(a, b, texts) for fb, f in WRONG_BPT.items()},
             atol=1e-9,
             rtol=1e-9,
         )
@@ -341,17 +405,39 @@ def _real_wordpiece():
     return frozenset(real.get_vocab()), splits
 
 
-_WP_MISTAKES = {
-    "greedy WordPiece takes the longest piece in the vocabulary, not the shortest": {
-        "longest": False
-    },
-    "pieces after the first are looked up (and returned) with the prefix '##'": {"prefix": ""},
-    "lowercase the word first (the vocabulary is uncased)": {"lower": False},
+def wp_shortest(word, vocab):
+    return _split(word, vocab, longest=False)
+
+
+def wp_no_prefix(word, vocab):
+    return _split(word, vocab, prefix="")
+
+
+def wp_no_lowercase(word, vocab):
+    return _split(word, vocab, lower=False)
+
+
+def wp_keeps_accents(word, vocab):
+    return _split(word, vocab, strip=False)
+
+
+def wp_partial_unk(word, vocab):
+    return _split(word, vocab, whole_unk=False)
+
+
+def wp_string(word, vocab):
+    return " ".join(_split(word, vocab))
+
+
+WRONG_WORDPIECE = {
+    "greedy WordPiece takes the longest piece in the vocabulary, not the shortest": wp_shortest,
+    "pieces after the first are looked up (and returned) with the prefix '##'": wp_no_prefix,
+    "lowercase the word first (the vocabulary is uncased)": wp_no_lowercase,
     "strip the accents: decompose with NFD and drop the combining marks (category Mn), so ş "
-    "becomes s": {"strip": False},
-    "if no piece fits at some position the whole word is [UNK], not only the rest": {
-        "whole_unk": False
-    },
+    "becomes s": wp_keeps_accents,
+    "if no piece fits at some position the whole word is [UNK], not only the rest": (
+        wp_partial_unk
+    ),
 }
 
 
@@ -378,8 +464,8 @@ def wordpiece_split(answer) -> str:
         if not wrong:
             continue
         # a typical mistake explains the answer on every word, not only on the first wrong one
-        for feedback, switches in _WP_MISTAKES.items():
-            if all(got[w] == _split(w, vocab, **switches) for w in splits):
+        for feedback, mistake in WRONG_WORDPIECE.items():
+            if all(got[w] == mistake(w, vocab) for w in splits):
                 raise Incorrect(f"wordpiece_split({wrong[0]!r}) with {name}: {feedback}")
         w = wrong[0]
         raise Incorrect(
@@ -408,6 +494,77 @@ def _tied_model():
     return inputs, targets, E, W_h
 
 
+def _occurs(ids, V):
+    return torch.bincount(ids, minlength=V) > 0
+
+
+def absent_inputs_only(inputs, targets, V):
+    return ~_occurs(inputs, V)
+
+
+def absent_targets_only(inputs, targets, V):
+    return ~_occurs(targets, V)
+
+
+def absent_present(inputs, targets, V):
+    return _occurs(inputs, V) | _occurs(targets, V)
+
+
+def absent_either(inputs, targets, V):
+    return ~_occurs(inputs, V) | ~_occurs(targets, V)
+
+
+def absent_ids(inputs, targets, V):
+    return torch.nonzero(~absent_present(inputs, targets, V)).squeeze(1)
+
+
+def _p_h(h, E, j, dim=-1):
+    """(1/T) sum_t p_tj h_t with p = softmax of the tied logits h E^T along ``dim``."""
+    return torch.softmax(h @ E.T, dim=dim)[:, j] @ h / h.shape[0]
+
+
+def grad_flipped(h, E, j):
+    return -_p_h(h, E, j)
+
+
+def grad_summed(h, E, j):
+    return h.shape[0] * _p_h(h, E, j)
+
+
+def grad_softmax_over_positions(h, E, j):
+    return _p_h(h, E, j, dim=0)
+
+
+def grad_logits(h, E, j):
+    return (h @ E[j]) @ h / h.shape[0]
+
+
+def grad_as_target(h, E, j):
+    return (torch.softmax(h @ E.T, dim=-1)[:, j] - 1) @ h / h.shape[0]
+
+
+WRONG_ABSENT = {
+    "a token that is a target but never an input is not absent (it gets a target term)": (
+        absent_inputs_only
+    ),
+    "a token that is an input but never a target is not absent (it gets the input part)": (
+        absent_targets_only
+    ),
+    "those are the tokens present somewhere; return the absent ones": absent_present,
+    "a token is absent only if it is missing from both the inputs and the targets": absent_either,
+}
+WRONG_ABSENT_GRAD = {
+    "the sign is flipped: the gradient points along the hidden states weighted by p_tj, so a "
+    "descent step moves E_j away from them": grad_flipped,
+    "missing the factor 1/T of the mean cross-entropy": grad_summed,
+    "the softmax runs over the vocabulary at each position (dim=-1), not over the positions": (
+        grad_softmax_over_positions
+    ),
+    "use the probabilities p_tj = softmax(z_t)_j, not the logits z_tj": grad_logits,
+    "j is never a target, so y_tj = 0 and z-bar_tj = p_tj / T (no -1)": grad_as_target,
+}
+
+
 @exercise("17.4", "absent_tokens", "absent_token_grad")
 def absent_tokens_and_grad(absent_tokens, absent_token_grad) -> str:
     """The absent tokens by counting; their gradient rows against autograd on a tied model."""
@@ -422,45 +579,21 @@ def absent_tokens_and_grad(absent_tokens, absent_token_grad) -> str:
         attempt(absent_tokens, inputs.clone(), targets.clone(), V),
         absent,
         "absent_tokens(inputs, targets, V)",
-        wrong={
-            "a token that is a target but never an input is not absent (it gets a target "
-            "term)": ~in_inputs,
-            "a token that is an input but never a target is not absent (it gets the input "
-            "part)": ~in_targets,
-            "those are the tokens present somewhere; return the absent ones": ~absent,
-            "a token is absent only if it is missing from both the inputs and the "
-            "targets": ~in_inputs | ~in_targets,
-        },
+        wrong={fb: f(inputs, targets, V) for fb, f in WRONG_ABSENT.items()},
     )
     Er = E.clone().requires_grad_(True)  # tied: one matrix, two uses
     h = torch.tanh(F.embedding(inputs, Er) @ W_h)  # (T, d)
     F.cross_entropy(h @ Er.T, targets).backward()
     h = h.detach()
-    T = h.shape[0]
-    p = torch.softmax(h @ E.T, dim=-1)
     ids = torch.nonzero(absent).squeeze(1).tolist()
     for j in ids:
-        want = Er.grad[j]
-        got = as_tensor(
-            attempt(absent_token_grad, h.clone(), E.clone(), j), f"absent_token_grad(h, E, j={j})"
-        )
+        what = f"absent_token_grad(h, E, j={j})"
+        got = as_tensor(attempt(absent_token_grad, h.clone(), E.clone(), j), what)
         expect_answer(
             got,
-            want,
-            f"absent_token_grad(h, E, j={j})",
-            wrong={
-                "the sign is flipped: the gradient points along the hidden states weighted by "
-                "p_tj, so a descent step moves E_j away from them": -want,
-                "missing the factor 1/T of the mean cross-entropy": T * want,
-                "the softmax runs over the vocabulary at each position (dim=-1), not over the "
-                "positions": torch.softmax(h @ E.T, dim=0)[:, j] @ h / T,
-                "use the probabilities p_tj = softmax(z_t)_j, not the logits z_tj": (h @ E[j])
-                @ h
-                / T,
-                "j is never a target, so y_tj = 0 and z-bar_tj = p_tj / T (no -1)": (p[:, j] - 1)
-                @ h
-                / T,
-            },
+            Er.grad[j],
+            what,
+            wrong={fb: f(h, E, j) for fb, f in WRONG_ABSENT_GRAD.items()},
             atol=1e-12,
             rtol=1e-9,
         )
@@ -474,214 +607,221 @@ def absent_tokens_and_grad(absent_tokens, absent_token_grad) -> str:
     )
 
 
-# Typical wrong answers (one place: the tests build each and check that it is rejected with
-# its feedback) ---------------------------------------------------------------------
+# --------------------------------------------------------------------------- 17.5
+
+_RUN = "a" * 64
+_RUN_MERGES = 10
 
 
-# 17.1 ---------------------------------------------------------------------------------------
+def _run_experiment() -> tuple[int, int]:
+    """Train on the run and encode it: (merges learned, tokens)."""
+    bpe = tok.train_bpe(_RUN, _RUN_MERGES)
+    return len(bpe.merges), len(tok.encode(bpe, _RUN))
 
 
-stream = _ref("17.1", "stream_decode")
-invalid = _ref("17.1", "invalid_token_ids")
+def guess_right():
+    return 5, 2
 
 
-def invalid_single_bytes_only(vocab):
-    return list(range(128, 256))
+def guess_one_token():
+    return 6, 1
 
 
-def invalid_non_ascii(vocab):
-    return [i for i, b in enumerate(vocab) if any(x >= 128 for x in b)]
+def guess_all_merges():
+    return 10, 1
 
 
-def invalid_by_replacement_char(vocab):
-    return [i for i, b in enumerate(vocab) if "\ufffd" in b.decode("utf-8", errors="replace")]
+def guess_overlapping():
+    return 1, 32
 
 
-def invalid_count(vocab):
-    return len(invalid(vocab))
+def guess_not_a_pair():
+    return 5
 
 
-def stream_replace(vocab, ids):
-    return [vocab[i].decode("utf-8", errors="replace") for i in ids]
-
-
-def stream_ignore(vocab, ids):
-    return [vocab[i].decode("utf-8", errors="ignore") for i in ids]
-
-
-def stream_hold_whole_buffer(vocab, ids):
-    out, pending = [], b""
-    for i in ids:
-        pending += vocab[i]
-        try:
-            out.append(pending.decode("utf-8"))
-            pending = b""
-        except UnicodeDecodeError:
-            out.append("")
-    return out
-
-
-def stream_joined(vocab, ids):
-    return "".join(stream(vocab, ids))
-
-
-WRONG_17_1 = [
-    ((invalid_single_bytes_only, stream), "merged tokens can be invalid too"),
-    ((invalid_non_ascii, stream), "is valid UTF-8"),
-    ((invalid_by_replacement_char, stream), "U+FFFD is a valid character"),
-    ((invalid_count, stream), "should return a list"),
-    ((invalid, stream_replace), "hold them back until the character is complete"),
-    ((invalid, stream_ignore), "disappear"),
-    ((invalid, stream_hold_whole_buffer), "hold back only the incomplete one"),
-    ((invalid, stream_joined), "should return a list"),
+WRONG_RUN = [  # (does the guess show the mistake?, the explanation), the first that applies
+    (
+        lambda m, t: m == _RUN_MERGES,
+        f"train_bpe learns at most {_RUN_MERGES} merges, but stops early when no pair occurs "
+        "twice: a pair seen once compresses nothing in the training text",
+    ),
+    (
+        lambda m, t: m >= 6 or t == 1,
+        "after 5 merges the two tokens of 32 a's form a pair that occurs once, and training stops "
+        "when the most frequent pair occurs fewer than twice: there is no merge to a single token",
+    ),
+    (
+        lambda m, t: m <= 1 or t >= 32,
+        "every merge applies to the output of the previous ones: after (a, a) -> aa, the pair "
+        "(aa, aa) is the most frequent, and so on; each merge doubles the length of the tokens",
+    ),
 ]
 
 
-# 17.2 ---------------------------------------------------------------------------------------
-
-
-def bpt_untruncated(bpe_a, bpe_b, texts):
-    return torch.tensor(
-        [[tok.bytes_per_token(b, t) for t in texts] for b in (bpe_a, bpe_b)], dtype=torch.float64
+@exercise("17.5", "predict_a_run")
+def a_run(predict_a_run) -> str:
+    """Run tok.train_bpe on 64 a's and compare (merges, tokens) with the reader's guess."""
+    seen = _run_experiment()
+    expect(seen == (5, 2), "internal: the experiment changed")
+    got = expect_tuple(attempt(predict_a_run), "predict_a_run()", ("merges", "tokens"))
+    m, t = (
+        as_int(x, "predict_a_run()", unit)
+        for x, unit in zip(got, ("merges", "tokens"), strict=True)
     )
-
-
-def bpt_characters(bpe_a, bpe_b, texts):
-    m = min(len(bpe_a.merges), len(bpe_b.merges))
-    return torch.tensor(
-        [[len(t) / len(tok.encode(tok.truncate(b, m), t)) for t in texts] for b in (bpe_a, bpe_b)],
-        dtype=torch.float64,
-    )
-
-
-def bpt_tokens_per_byte(bpe_a, bpe_b, texts):
-    return 1 / _ref("17.2", "equal_size_bytes_per_token")(bpe_a, bpe_b, texts)
-
-
-def bpt_transposed(bpe_a, bpe_b, texts):
-    return _ref("17.2", "equal_size_bytes_per_token")(bpe_a, bpe_b, texts).T
-
-
-# 17.3 ---------------------------------------------------------------------------------------
-
-
-def _normal(word, lower=True, strip=True):
-    if lower:
-        word = word.lower()
-    if strip:
-        word = "".join(
-            c for c in unicodedata.normalize("NFD", word) if unicodedata.category(c) != "Mn"
+    if (m, t) != seen:
+        why = next((text for shows, text in WRONG_RUN if shows(m, t)), None) or (
+            "the first pair (a, a) occurs 63 times but merges into 32 non-overlapping tokens aa, "
+            "then 16 of 4 a's, and so on"
         )
-    return word
+        raise Incorrect(
+            f"you predicted {m} merges and {t} tokens; the experiment learned {seen[0]} merges "
+            f"and cut the run into {seen[1]} tokens of 32 a's: {why}"
+        )
+    return (
+        "the experiment learned 5 merges (pair counts 63, 31, 15, 7, 3) and cut the 64 a's into "
+        "2 tokens of 32 a's, as you predicted"
+    )
 
 
-def _greedy(word, vocab, prefix="##", shortest=False, partial_unk=False):
-    out, start = [], 0
-    while start < len(word):
-        ends = range(start + 1, len(word) + 1) if shortest else range(len(word), start, -1)
-        for end in ends:
-            piece = word[start:end] if start == 0 else prefix + word[start:end]
-            if piece in vocab:
-                break
+# --------------------------------------------------------------------------- 17.6
+
+_HAND_MERGES = [(98, 99), (97, 98), (97, 97), (256, 256), (99, 32)]  # bc, ab, aa, bcbc, "c "
+_HAND_TEXT = "ac abc aaa bcbc"
+
+
+def _merge(seq, pair, new_id, from_right=False):
+    """Replace the non-overlapping occurrences of pair in seq, scanning from one end."""
+    if from_right:
+        return _merge(seq[::-1], pair[::-1], new_id)[::-1]
+    out, i = [], 0
+    while i < len(seq):
+        if i + 1 < len(seq) and (seq[i], seq[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
         else:
-            return out + ["[UNK]"] if partial_unk else ["[UNK]"]
-        out.append(piece)
-        start = end
+            out.append(seq[i])
+            i += 1
     return out
 
 
-def wp_shortest(word, vocab):
-    return _greedy(_normal(word), vocab, shortest=True)
+def _encode_in_order(merges, text):
+    """The reference: every merge applied in training order to every chunk (naive encoder)."""
+    ids, done = [], {}
+    for chunk in tok.pretokenize(text):
+        if chunk not in done:
+            seq = list(chunk.encode("utf-8"))
+            for r, pair in enumerate(merges):
+                seq = _merge(seq, tuple(pair), 256 + r)
+            done[chunk] = seq
+        ids += done[chunk]
+    return ids
 
 
-def wp_no_prefix(word, vocab):
-    return _greedy(_normal(word), vocab, prefix="")
+def _by_rank(merges, text, *, leftmost=False, offset=256, chunks=True, rounds=None, right=False):
+    """Encoding by repeatedly merging a learned pair, with switches for the typical mistakes."""
+    rank = {tuple(p): r for r, p in enumerate(merges)}
+    ids = []
+    for chunk in tok.pretokenize(text) if chunks else [text]:
+        seq, n = list(chunk.encode("utf-8")), 0
+        while rounds is None or n < rounds:
+            learned = [p for p in pairwise(seq) if p in rank]
+            if not learned:
+                break
+            pair = learned[0] if leftmost else min(learned, key=rank.get)
+            seq, n = _merge(seq, pair, offset + rank[pair], from_right=right), n + 1
+        ids += seq
+    return ids
 
 
-def wp_no_lowercase(word, vocab):
-    return _greedy(_normal(word, lower=False), vocab)
+def enc_leftmost(merges, text):
+    return _by_rank(merges, text, leftmost=True)
 
 
-def wp_keeps_accents(word, vocab):
-    return _greedy(_normal(word, strip=False), vocab)
+def enc_rank_ids(merges, text):
+    return _by_rank(merges, text, offset=0)
 
 
-def wp_partial_unk(word, vocab):
-    return _greedy(_normal(word), vocab, partial_unk=True)
+def enc_no_chunks(merges, text):
+    return _by_rank(merges, text, chunks=False)
 
 
-def wp_string(word, vocab):
-    return " ".join(_greedy(_normal(word), vocab))
+def enc_one_round(merges, text):
+    return _by_rank(merges, text, rounds=1)
 
 
-# 17.4 ---------------------------------------------------------------------------------------
+def enc_from_the_right(merges, text):
+    return _by_rank(merges, text, right=True)
 
 
-absent = _ref("17.4", "absent_tokens")
-absent_grad = _ref("17.4", "absent_token_grad")
+WRONG_ENCODE = {
+    "merge the pair learned first (lowest r), not the leftmost learned pair: training merged "
+    "the pairs in that order": enc_leftmost,
+    "merge r creates the id 256 + r; the ids below 256 are the bytes": enc_rank_ids,
+    "cut the text with tok.pretokenize first: merges never cross chunks": enc_no_chunks,
+    "repeat until no adjacent pair is a learned merge: a merge can create a pair that is "
+    "learned itself": enc_one_round,
+    "replace the occurrences from the left (a a a with the pair (a, a) gives aa a), as "
+    "training did": enc_from_the_right,
+}
 
 
-def absent_inputs_only(inputs, targets, V):
-    return torch.bincount(inputs, minlength=V) == 0
+@exercise("17.6", "bpe_encode")
+def bpe_encoder(bpe_encode) -> str:
+    """Token ids against every merge applied in training order, on three kinds of input."""
+    c = _corpus()
+    merges = list(c["bilingual"].merges)
+    cases = [
+        (f"the merges {_HAND_MERGES} on {_HAND_TEXT!r}", _HAND_MERGES, _HAND_TEXT),
+        ("the chapter's bilingual BPE on the held-out English text", merges, c["heldout_en"]),
+        ("the chapter's bilingual BPE on the held-out Turkish text", merges, c["heldout_tr"]),
+        (
+            "the chapter's bilingual BPE on awkward strings",
+            merges,
+            "İstanbul'da ılık 🇹🇷🙂 naïve e\u0301 a\x00b ___x__1234567890  \n\t ",
+        ),
+    ]
+    for label, m, text in cases:
+        want = _encode_in_order(m, text)
+        expect(
+            b"".join(bytes(tok.token_bytes(tok.BPE(tuple(m)))[i]) for i in want) == text.encode(),
+            "internal: the reference encoder is broken",
+        )
+        _expect_list(
+            attempt(bpe_encode, [tuple(p) for p in m], text),
+            want,
+            f"bpe_encode for {label}",
+            wrong={fb: f(m, text) for fb, f in WRONG_ENCODE.items()},
+        )
+    return (
+        "matches every merge applied in training order on a hand-made merge list where the order "
+        "matters, on held-out English and Turkish text and on awkward strings"
+    )
 
 
-def absent_targets_only(inputs, targets, V):
-    return torch.bincount(targets, minlength=V) == 0
+# Typical wrong answers: the functions above, each with (a part of) its feedback; the tests build
+# each one and check that it is rejected with that feedback --------------------------------------
 
-
-def absent_either(inputs, targets, V):
-    return absent_inputs_only(inputs, targets, V) | absent_targets_only(inputs, targets, V)
-
-
-def absent_ids(inputs, targets, V):
-    return torch.nonzero(absent(inputs, targets, V)).squeeze(1)
-
-
-def grad_flipped(h, E, j):
-    return -absent_grad(h, E, j)
-
-
-def grad_summed(h, E, j):
-    return h.shape[0] * absent_grad(h, E, j)
-
-
-def grad_softmax_over_positions(h, E, j):
-    return torch.softmax(h @ E.T, dim=0)[:, j] @ h / h.shape[0]
-
-
-def grad_logits(h, E, j):
-    return (h @ E.T)[:, j] @ h / h.shape[0]
-
-
-def grad_as_target(h, E, j):
-    return (torch.softmax(h @ E.T, dim=-1)[:, j] - 1) @ h / h.shape[0]
-
+_stream_ref = _ref("17.1", "stream_decode")
+_invalid_ref = _ref("17.1", "invalid_token_ids")
+_absent_ref = _ref("17.4", "absent_tokens")
+_absent_grad_ref = _ref("17.4", "absent_token_grad")
 
 MISTAKES = {
-    "17.1": WRONG_17_1,
-    "17.2": [
-        (bpt_untruncated, "compare at equal size"),
-        (bpt_characters, "not characters"),
-        (bpt_tokens_per_byte, "that is tokens per byte"),
-        (bpt_transposed, "looks transposed"),
+    "17.1": [((f, _stream_ref), fb) for fb, f in WRONG_INVALID.items()]
+    + [((invalid_count, _stream_ref), "should return a list")]
+    + [((_invalid_ref, f), fb) for fb, f in WRONG_STREAM.items()]
+    + [((_invalid_ref, stream_joined), "should return a list")],
+    "17.2": [(f, fb) for fb, f in WRONG_BPT.items()] + [(bpt_transposed, "looks transposed")],
+    "17.3": [(f, fb) for fb, f in WRONG_WORDPIECE.items()]
+    + [(wp_string, "should return a list of pieces")],
+    "17.4": [((f, _absent_grad_ref), fb) for fb, f in WRONG_ABSENT.items()]
+    + [((absent_ids, _absent_grad_ref), "should have shape (40,)")]
+    + [((_absent_ref, f), fb) for fb, f in WRONG_ABSENT_GRAD.items()],
+    "17.5": [
+        (guess_one_token, "there is no merge to a single token"),
+        (guess_all_merges, "stops early when no pair occurs twice"),
+        (guess_overlapping, "each merge doubles the length of the tokens"),
+        (guess_not_a_pair, "should return a pair"),
     ],
-    "17.3": [
-        (wp_shortest, "not the shortest"),
-        (wp_no_prefix, "with the prefix '##'"),
-        (wp_no_lowercase, "lowercase the word first"),
-        (wp_keeps_accents, "strip the accents"),
-        (wp_partial_unk, "the whole word is [UNK]"),
-        (wp_string, "should return a list of pieces"),
-    ],
-    "17.4": [
-        ((absent_inputs_only, absent_grad), "a target but never an input"),
-        ((absent_targets_only, absent_grad), "an input but never a target"),
-        ((absent_either, absent_grad), "missing from both"),
-        ((absent_ids, absent_grad), "should have shape (40,)"),
-        ((absent, grad_flipped), "the sign is flipped"),
-        ((absent, grad_summed), "missing the factor 1/T"),
-        ((absent, grad_softmax_over_positions), "runs over the vocabulary"),
-        ((absent, grad_logits), "not the logits"),
-        ((absent, grad_as_target), "j is never a target"),
-    ],
+    "17.6": [(f, fb) for fb, f in WRONG_ENCODE.items()],
 }

@@ -3,7 +3,13 @@
 Greedy decoding is checked against an argmax loop written here and against ``generate``; the
 parameter split against the tensors of ``transformers``' ``GPT2LMHeadModel`` built on the ``meta``
 device; the unit conversions against NumPy, and the unigram cross-entropy against character counts
-(``collections.Counter``) of the chapter's own corpus, with the bigram model recomputed in NumPy.
+(``collections.Counter``) of the chapter's own corpus, with the bigram model recomputed in NumPy;
+the prediction about unshifted targets against a small model trained here (23.4); and the
+temperature sweep against ``F.cross_entropy`` and the entropy of ``torch.softmax`` of the scaled
+logits (23.5).
+
+Each typical wrong answer is written once, as a function at the end of the module: the checks
+evaluate those functions to recognise a mistake, and ``MISTAKES`` lists them for the tests.
 """
 
 from __future__ import annotations
@@ -13,13 +19,14 @@ from collections import Counter
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from ...language import language_model as lm
-from ...models import decoder
+from ...models import decoder, training
 from ...models.config import gpt2_config
 from ...models.generate import generate
+from ..check import fmt
 from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer, expect_tuple
-from . import reference_answer as _ref
 
 
 def _argmax_path(
@@ -44,14 +51,19 @@ def greedy_by_hand(answer) -> str:
     for B, P, n_new in ((3, 5, 10), (2, 1, 3), (2, 4, 0)):
         prompts = torch.randint(0, cfg.vocab_size, (B, P), generator=gen)
         want = _argmax_path(model, prompts, n_new)
-        wrong = {"return the prompts followed by the new tokens, shape (B, P + n_new)": want[:, P:]}
+        args = (model, prompts, n_new)
+        wrong = {
+            "return the prompts followed by the new tokens, shape (B, P + n_new)": (
+                greedy_new_tokens_only(*args)
+            )
+        }
         if n_new:
             wrong["the next token comes from the logits of the last position, model(x)[:, -1]"] = (
-                _argmax_path(model, prompts, n_new, position=0)
+                greedy_first_position(*args)
             )
         if P + n_new > cfg.max_seq_len:
-            wrong["feed the last max_seq_len tokens, not max_seq_len - 1"] = _argmax_path(
-                model, prompts, n_new, window=cfg.max_seq_len - 1
+            wrong["feed the last max_seq_len tokens, not max_seq_len - 1"] = greedy_short_window(
+                *args
             )
         try:
             got = attempt(answer, model, prompts.clone(), n_new)
@@ -128,28 +140,34 @@ def gpt_parameter_split(answer) -> str:
             isinstance(out, (tuple, list)) and len(out) == 2,
             f"{what} should return a pair (total, share), got {type(out).__name__}",
         )
+        args = (V, T, d, L, tied)
         wrong_total = {
             "each block also holds 13d biases and LayerNorm parameters, and the final "
-            "LayerNorm 2d more": total - L * 13 * d - 2 * d
+            "LayerNorm 2d more": split_blocks_without_biases(*args)[0]
         }
         if tied:
-            wrong_total["a tied head is the embedding matrix itself: count it once"] = total + V * d
+            wrong_total["a tied head is the embedding matrix itself: count it once"] = (
+                split_head_always_counted(*args)[0]
+            )
         else:
             wrong_total["an untied head is a second V × d matrix: add V·d to the total"] = (
-                total - V * d
+                split_head_never_counted(*args)[0]
             )
         expect_answer(out[0], total, f"the total of {what}", wrong=wrong_total, atol=0.5, rtol=0)
         share = emb / total
         wrong_share = {
-            "the position table (block_size × d) is an embedding too": (emb - T * d) / total,
-            "return a fraction in [0, 1], not a percentage": 100 * share,
-            "divide by the total, not by the parameters outside the embeddings": emb
-            / (total - emb),
+            "the position table (block_size × d) is an embedding too": split_without_positions(
+                *args
+            )[1],
+            "return a fraction in [0, 1], not a percentage": split_percent(*args)[1],
+            "divide by the total, not by the parameters outside the embeddings": (
+                split_outside_embeddings(*args)[1]
+            ),
         }
         if not tied:
             wrong_share[
                 "the untied head counts with the embeddings: it is a second V × d matrix"
-            ] = (emb - V * d) / total
+            ] = split_head_never_counted(*args)[1]
         expect_answer(
             out[1], share, f"the share of {what}", wrong=wrong_share, atol=1e-12, rtol=1e-10
         )
@@ -188,15 +206,13 @@ def units_and_unigram(convert, unigram) -> str:
             torch.tensor([bits, ppl], dtype=torch.float64),
             what,
             wrong={
-                "bits = nats / ln 2 (one bit is ln 2 nats), not nats × ln 2": [
-                    loss * math.log(2),
-                    ppl,
-                ],
-                "perplexity is e^L for a loss in nats (2^L is for a loss in bits)": [
-                    bits,
-                    2.0**loss,
-                ],
-                "return (bits, perplexity) in that order": [ppl, bits],
+                "bits = nats / ln 2 (one bit is ln 2 nats), not nats × ln 2": list(
+                    units_times_ln2(loss)
+                ),
+                "perplexity is e^L for a loss in nats (2^L is for a loss in bits)": list(
+                    units_base_two(loss)
+                ),
+                "return (bits, perplexity) in that order": list(units_swapped(loss)),
             },
             atol=1e-9,
             rtol=1e-6,
@@ -208,20 +224,20 @@ def units_and_unigram(convert, unigram) -> str:
     counts = Counter(train_text)
     n = len(train_text)
     want = -sum(math.log(counts[c] / n) for c in val_text) / len(val_text)
-    val_counts = Counter(val_text)
-    train_entropy = -sum(k / n * math.log(k / n) for k in counts.values())
-    own_freq = -sum(math.log(val_counts[c] / len(val_text)) for c in val_text) / len(val_text)
     what = "unigram_cross_entropy(train, val, V) on the chapter's corpus"
+    args = (train, val, V)
     got = expect_answer(
         attempt(unigram, train.clone(), val.clone(), V),
         want,
         what,
         wrong={
             "that is the entropy of the training frequencies; score the validation characters "
-            "with them": train_entropy,
-            "count the frequencies on the training text, then score the validation text": own_freq,
-            "in nats: use the natural logarithm, not log2": want / math.log(2),
-            "take the mean over the validation characters, not the sum": want * len(val_text),
+            "with them": unigram_train_entropy(*args),
+            "count the frequencies on the training text, then score the validation text": (
+                unigram_val_frequencies(*args)
+            ),
+            "in nats: use the natural logarithm, not log2": unigram_log2(*args),
+            "take the mean over the validation characters, not the sum": unigram_sum(*args),
             "the sign is flipped: the cross-entropy -mean log p is positive": -want,
         },
         atol=1e-9,
@@ -255,8 +271,145 @@ def units_and_unigram(convert, unigram) -> str:
     )
 
 
-# Typical wrong answers (one place: the tests build each and check that it is rejected with
-# its feedback) ---------------------------------------------------------------------
+# --- 23.4 ------------------------------------------------------------------------------------
+
+
+OPTIONS = ("near zero", "about the bigram loss", "about log V", "far above log V")
+
+
+def _unshifted_run() -> tuple[float, float, float]:
+    """Train a small GPT with targets = inputs (the shift forgotten) on the chapter's corpus.
+
+    Returns its loss on unshifted validation windows, on the real next-token task, and log V.
+    """
+    text = lm.toy_corpus(400, seed=1)
+    vocab = lm.build_vocab(text)
+    data = lm.encode(text, vocab)
+    train, val = data[: int(0.9 * len(data))], data[int(0.9 * len(data)) :]
+    cfg = gpt2_config(vocab_size=len(vocab), d_model=32, n_layers=1, n_heads=2, max_seq_len=16)
+    model = decoder.Decoder(cfg, generator=torch.Generator().manual_seed(234))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(30):
+        x, _ = training.get_batch(train, 8, 16, gen)
+        loss = F.cross_entropy(model(x).transpose(1, 2), x)  # the bug: y = x
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    n = (len(val) - 1) // 16
+    xv = val[: n * 16].view(n, 16)
+    with torch.no_grad():
+        copy = F.cross_entropy(model(xv).transpose(1, 2), xv).item()
+        real = F.cross_entropy(model(xv[:, :-1]).transpose(1, 2), xv[:, 1:]).item()
+    return copy, real, math.log(len(vocab))
+
+
+@exercise("23.4", "predict_unshifted_loss")
+def unshifted_loss(answer) -> str:
+    """The chosen option against a model trained here with the shift forgotten."""
+    what = "predict_unshifted_loss()"
+    guess = attempt(answer)
+    expect(
+        guess in OPTIONS,
+        f"{what} should return one of {', '.join(repr(o) for o in OPTIONS)}, got {guess!r}",
+    )
+    copy, real, log_v = _unshifted_run()
+    expect(copy < 0.2 < log_v < real, "internal: the run should copy its input")
+    reveal = (
+        f"after 30 updates the loss on unshifted validation windows is {fmt(copy, 2)} nats, "
+        f"while on the real task, predicting the next character, the same model scores "
+        f"{fmt(real, 3)}, above log V = {fmt(log_v, 3)}"
+    )
+    if guess == OPTIONS[0]:
+        return (
+            f"right: {reveal}. With y = x the output at position t is asked for the token at t, "
+            "which the model sees: it learns to copy (the tied head helps), so a loss far below "
+            "log V early in training points to targets that were not shifted"
+        )
+    why = {
+        OPTIONS[1]: "the bigram model predicts the next character; with y = x there is nothing "
+        "to predict",
+        OPTIONS[2]: "log V is the loss of a model that knows nothing, but here the answer is in "
+        "the input",
+        OPTIONS[3]: "only the real next-token task, which the model never trained on, lands there",
+    }[guess]
+    raise Incorrect(f"{what} = {guess!r}: {why}; {reveal}")
+
+
+# --- 23.5 ------------------------------------------------------------------------------------
+
+
+TAUS = (0.5, 0.8, 1.0, 1.25, 2.0)
+
+
+def _sweep_reference(model, tokens, taus):
+    """(loss, entropy) of softmax(z / tau) on the next tokens, with F.cross_entropy."""
+    with torch.no_grad():
+        z = model(tokens[:, :-1])  # (B, T - 1, V)
+    out = []
+    for tau in taus:
+        logp = torch.log_softmax(z / tau, dim=-1)
+        loss = F.cross_entropy((z / tau).transpose(1, 2), tokens[:, 1:]).item()
+        entropy = -(logp.exp() * logp).sum(-1).mean().item()
+        out.append((loss, entropy))
+    return out
+
+
+@exercise("23.5", "temperature_sweep")
+def temperature_sweep(answer) -> str:
+    """Loss and entropy of softmax(z / tau) against F.cross_entropy and the softmax's entropy."""
+    cfg = gpt2_config(
+        vocab_size=11, d_model=16, n_layers=1, n_heads=2, max_seq_len=12, init_std=0.4
+    )
+    model = decoder.Decoder(cfg, generator=torch.Generator().manual_seed(235), dtype=torch.float64)
+    model.eval()
+    tokens = torch.randint(0, 11, (6, 12), generator=torch.Generator().manual_seed(1))
+    want = torch.tensor(_sweep_reference(model, tokens, TAUS), dtype=torch.float64)  # (5, 2)
+    what = f"temperature_sweep(model, tokens, {list(TAUS)})"
+    got = attempt(answer, model, tokens.clone(), list(TAUS))
+    expect(
+        isinstance(got, (list, tuple)) and len(got) == len(TAUS),
+        f"{what} should return a list of {len(TAUS)} pairs (loss, entropy), one per tau",
+    )
+    pairs = [
+        expect_tuple(p, f"{what} at tau = {t}", ("loss", "entropy"))
+        for p, t in zip(got, TAUS, strict=True)
+    ]
+    values = torch.tensor([[float(as_tensor(v, what).reshape(())) for v in p] for p in pairs])
+    args = (model, tokens, list(TAUS))
+    expect_answer(
+        values.double(),
+        want,
+        what + " as (loss, entropy) pairs",
+        wrong={
+            "the logits are multiplied by tau; temperature divides them, softmax(z / tau)": (
+                torch.tensor(sweep_times_tau(*args))
+            ),
+            "the loss ignores tau: score the targets under softmax(z / tau) too": torch.tensor(
+                sweep_loss_at_one(*args)
+            ),
+            "the entropy is in bits; the book measures in nats (natural log)": torch.tensor(
+                sweep_entropy_bits(*args)
+            ),
+            "the targets are the inputs; position t predicts the token at t + 1": torch.tensor(
+                sweep_unshifted(*args)
+            ),
+        },
+        atol=1e-8,
+        rtol=1e-6,
+    )
+    return (
+        f"the losses and entropies match F.cross_entropy and the entropy of softmax(z / tau) "
+        f"for tau = {', '.join(map(str, TAUS))} on a small random GPT; the entropy rises with "
+        "tau at every position, as it must"
+    )
+
+
+# Typical wrong answers, written once: the checks above evaluate them to name a mistake, and the
+# tests build each one and check that it is rejected with its feedback ---------------------------
+
+
+# --- 23.1 ---
 
 
 def greedy_uncropped(model, prompts, n_new):
@@ -268,37 +421,33 @@ def greedy_uncropped(model, prompts, n_new):
 
 
 def greedy_first_position(model, prompts, n_new):
-    out = prompts.clone()
-    with torch.no_grad():
-        for _ in range(n_new):
-            z = model(out[:, -model.config.max_seq_len :])[:, 0]
-            out = torch.cat([out, z.argmax(-1, keepdim=True)], dim=1)
-    return out
+    return _argmax_path(model, prompts, n_new, position=0)
 
 
 def greedy_new_tokens_only(model, prompts, n_new):
-    return _ref("23.1", "greedy_by_hand")(model, prompts, n_new)[:, prompts.shape[1] :]
+    return _argmax_path(model, prompts, n_new)[:, prompts.shape[1] :]
 
 
 def greedy_short_window(model, prompts, n_new):
-    out = prompts.clone()
-    with torch.no_grad():
-        for _ in range(n_new):
-            z = model(out[:, -(model.config.max_seq_len - 1) :])[:, -1]
-            out = torch.cat([out, z.argmax(-1, keepdim=True)], dim=1)
-    return out
+    return _argmax_path(model, prompts, n_new, window=model.config.max_seq_len - 1)
 
 
 def greedy_float(model, prompts, n_new):
-    return _ref("23.1", "greedy_by_hand")(model, prompts, n_new).double()
+    return _argmax_path(model, prompts, n_new).double()
 
 
-_split = _ref("23.2", "gpt_parameter_split")
+# --- 23.2 ---
+
+
+def _split(V, T, d, L, tied=True):
+    """(total, share): embeddings (V + T) d, blocks L (12 d^2 + 13 d), final LayerNorm 2 d."""
+    head = 0 if tied else V * d
+    total = (V + T) * d + L * (12 * d * d + 13 * d) + 2 * d + head
+    return total, ((V + T) * d + head) / total
 
 
 def split_head_always_counted(V, T, d, L, tied=True):
-    total, share = _split(V, T, d, L, False)
-    return total, share
+    return _split(V, T, d, L, False)
 
 
 def split_head_never_counted(V, T, d, L, tied=True):
@@ -316,6 +465,11 @@ def split_percent(V, T, d, L, tied=True):
     return total, 100 * share
 
 
+def split_outside_embeddings(V, T, d, L, tied=True):
+    total, share = _split(V, T, d, L, tied)
+    return total, share / (1 - share)
+
+
 def split_blocks_without_biases(V, T, d, L, tied=True):
     total, _ = _split(V, T, d, L, tied)
     total -= L * 13 * d + 2 * d
@@ -323,12 +477,16 @@ def split_blocks_without_biases(V, T, d, L, tied=True):
     return total, ((V + T) * d + head) / total
 
 
-def _unigram(train, val, V):
-    return _ref("23.3", "unigram_cross_entropy")(train, val, V)
+# --- 23.3 ---
 
 
 def _units(loss):
-    return _ref("23.3", "bits_and_perplexity")(loss)
+    return loss / math.log(2), math.exp(loss)
+
+
+def _unigram(train, val, V):
+    freq = torch.bincount(train, minlength=V).double() / len(train)
+    return -freq[val].log().mean().item()
 
 
 def units_times_ln2(loss):
@@ -359,13 +517,68 @@ def unigram_val_frequencies(train, val, V):
 
 
 def unigram_log2(train, val, V):
-    freq = torch.bincount(train, minlength=V).double() / len(train)
-    return -freq[val].log2().mean().item()
+    return _unigram(train, val, V) / math.log(2)
 
 
 def unigram_sum(train, val, V):
-    freq = torch.bincount(train, minlength=V).double() / len(train)
-    return -freq[val].log().sum().item()
+    return _unigram(train, val, V) * len(val)
+
+
+# --- 23.4 ---
+
+
+def predict_bigram():
+    return OPTIONS[1]
+
+
+def predict_log_v():
+    return OPTIONS[2]
+
+
+def predict_above_log_v():
+    return OPTIONS[3]
+
+
+def predict_number():
+    return 0.0
+
+
+# --- 23.5 ---
+
+
+def _sweep_variant(model, tokens, taus, *, scale, loss_tau=True, bits=False, shift=1):
+    """(loss, entropy) pairs with one choice changed (the mistakes below)."""
+    with torch.no_grad():
+        z = model(tokens[:, :-1])  # (B, T - 1, V)
+    targets = tokens[:, shift : tokens.shape[1] - 1 + shift]
+    out = []
+    for tau in taus:
+        zt = scale(z, tau)
+        loss = F.cross_entropy((zt if loss_tau else z).transpose(1, 2), targets).item()
+        p = torch.softmax(zt, dim=-1)
+        entropy = -(p * p.log()).sum(-1).mean().item()
+        out.append((loss, entropy / math.log(2) if bits else entropy))
+    return out
+
+
+def sweep_times_tau(model, tokens, taus):
+    return _sweep_variant(model, tokens, taus, scale=lambda z, t: z * t)
+
+
+def sweep_loss_at_one(model, tokens, taus):
+    return _sweep_variant(model, tokens, taus, scale=lambda z, t: z / t, loss_tau=False)
+
+
+def sweep_entropy_bits(model, tokens, taus):
+    return _sweep_variant(model, tokens, taus, scale=lambda z, t: z / t, bits=True)
+
+
+def sweep_unshifted(model, tokens, taus):
+    return _sweep_variant(model, tokens, taus, scale=lambda z, t: z / t, shift=0)
+
+
+def sweep_losses_only(model, tokens, taus):
+    return [loss for loss, _ in _sweep_reference(model, tokens, taus)]
 
 
 MISTAKES = {
@@ -381,6 +594,7 @@ MISTAKES = {
         (split_head_never_counted, "is a second V × d matrix: add V·d"),
         (split_without_positions, "position table"),
         (split_percent, "not a percentage"),
+        (split_outside_embeddings, "outside the embeddings"),
         (split_blocks_without_biases, "13d biases"),
     ],
     "23.3": [
@@ -392,5 +606,18 @@ MISTAKES = {
         ((_units, unigram_val_frequencies), "count the frequencies on the training text"),
         ((_units, unigram_log2), "natural logarithm"),
         ((_units, unigram_sum), "not the sum"),
+    ],
+    "23.4": [
+        (predict_bigram, "nothing to predict"),
+        (predict_log_v, "the answer is in the input"),
+        (predict_above_log_v, "never trained on"),
+        (predict_number, "should return one of"),
+    ],
+    "23.5": [
+        (sweep_times_tau, "multiplied by tau"),
+        (sweep_loss_at_one, "the loss ignores tau"),
+        (sweep_entropy_bits, "in bits"),
+        (sweep_unshifted, "the targets are the inputs"),
+        (sweep_losses_only, "should return a pair (loss, entropy)"),
     ],
 }

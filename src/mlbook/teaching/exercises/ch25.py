@@ -6,20 +6,27 @@ as counted by torch's ``FlopCounterMode`` on real products (small layers) and by
 written out per term (DeepSeek-V3's shapes); the largest context as the floor of the budget over the
 bytes of one token's cache, read off tensors allocated on the ``meta`` device, verified by
 allocating T_max and T_max + 1 tokens; GQA against ``F.scaled_dot_product_attention`` on explicitly
-gathered key/value heads.
+gathered key/value heads; the rank of the stacked keys and values with ``torch.linalg.matrix_rank``
+on random weights drawn here (25.5); the materialised form against
+``F.scaled_dot_product_attention`` on keys and values built with ``F.linear`` (25.6); and the best
+latent of every width against the singular values of NumPy's SVD (25.7).
+
+Each typical wrong answer is written once, as a function at the end of the module: the checks
+evaluate those functions to recognise a mistake, and ``MISTAKES`` lists them for the tests.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from ...attention import mla
+from ..check import fmt
 from . import Incorrect, as_int, as_tensor, attempt, exercise, expect, expect_answer
-from . import reference_answer as _ref
 
 F64 = torch.float64
 GiB = 2**30
@@ -70,9 +77,9 @@ def merge_query_key(merge_answer, costs_answer) -> str:
             wrong={
                 "this is the transpose of each head's matrix, W_UK,h W_UQ,h^T; the query "
                 "latent multiplies from the left, so merge W_UQ,h W_UK,h^T (d_cq x "
-                "d_c)": want.transpose(1, 2),
+                "d_c)": merge_transposed(w_uq, w_uk),
                 "the heads are summed into one matrix; every head keeps its own merged "
-                "matrix": want.sum(0),
+                "matrix": merge_summed_heads(w_uq, w_uk),
             },
             atol=1e-12,
             rtol=1e-10,
@@ -115,23 +122,18 @@ def merge_query_key(merge_answer, costs_answer) -> str:
         what = f"merge_costs(cfg) for {name}"
         got = _ints(attempt(costs_answer, cfg), what, 4)
         wrong = {
-            "these are the counts of one head; sum over all H heads": [v // H for v in want],
-            "the FLOPs equal the parameter counts; one multiply-add per entry is two FLOPs": params
-            + params,
+            "these are the counts of one head; sum over all H heads": costs_one_head(cfg),
+            "the FLOPs equal the parameter counts; one multiply-add per entry is two "
+            "FLOPs": costs_flops_as_params(cfg),
             "the factored count has only one factor; both W_UQ,h (d_cq x d_h) and W_UK,h "
-            "(d_c x d_h) are stored and applied": [
-                params[0],
-                params[1] - H * d_c * d_h,
-                flops[0],
-                flops[1] - 2 * H * d_c * d_h,
-            ],
-            "merged and factored are swapped": [params[1], params[0], flops[1], flops[0]],
+            "(d_c x d_h) are stored and applied": costs_one_factor(cfg),
+            "merged and factored are swapped": costs_swapped(cfg),
         }
         expect_answer(
             torch.tensor(got, dtype=F64),
             torch.tensor(want, dtype=F64),
             what + " (merged_params, factored_params, merged_flops, factored_flops)",
-            wrong={k: torch.tensor(v, dtype=F64) for k, v in wrong.items()},
+            wrong={k: torch.tensor(list(v), dtype=F64) for k, v in wrong.items()},
             atol=0,
             rtol=0,
         )
@@ -201,25 +203,26 @@ def prefill_attention_flops(answer) -> str:
     )
 
 
+def _prefill_total(cfg: mla.MLAConfig, T: int, form: str, batch: int = 1) -> int:
+    return batch * sum(_prefill_terms(cfg, T, form).values())
+
+
 def _compare(answer, cfg, T, form, B, want, where) -> None:
-    terms = _prefill_terms(cfg, T, form)
-    pair = terms["scores"] + terms["sum"]
-    half = pair * (T + 1) // (2 * T)  # scores of the causal triangle only
-    other = "absorbed" if form == "naive" else "naive"
+    args = (cfg, T, form, B)
     wrong = {
         "only the causal half of the scores is counted; this dense implementation computes "
-        "all T^2 scores and masks them afterwards": B * (sum(terms.values()) - pair + half),
-        "that is the other form's count": B * sum(_prefill_terms(cfg, T, other).values()),
-        "the shared projections (query latent, W_UQ, W_QR, latent, RoPE key, W_O) are missing": B
-        * sum(v for k, v in terms.items() if k not in _SHARED),
+        "all T^2 scores and masks them afterwards": prefill_causal_half(*args),
+        "that is the other form's count": prefill_swapped_forms(*args),
+        "the shared projections (query latent, W_UQ, W_QR, latent, RoPE key, W_O) are "
+        "missing": prefill_attention_only(*args),
     }
     if form == "naive":
         wrong[
             "that is T decoding steps: a prefill pass up-projects each token's key and value "
             "once, not once per query"
-        ] = B * sum(mla.mla_decode_flops(cfg, t, "naive")["total"] for t in range(1, T + 1))
+        ] = prefill_as_decode_steps(*args)
     if B > 1:
-        wrong["that is one sequence; multiply by the batch"] = sum(terms.values())
+        wrong["that is one sequence; multiply by the batch"] = prefill_forgets_batch(*args)
     got = attempt(answer, cfg, T, form, batch=B)
     expect_answer(
         got,
@@ -259,26 +262,27 @@ def max_tokens(gqa_answer, mla_answer) -> str:
             what = f"gqa_max_tokens for {name}, a budget of {where}"
             got = as_int(attempt(gqa_answer, L, G, d_h, budget), what, "tokens")
             wrong = {
-                "the cache counts the keys only; it stores a key and a value (the factor 2)": budget
-                // _meta_bytes(L, G, 1, d_h),
+                "the cache counts the keys only; it stores a key and a value (the factor "
+                "2)": gqa_keys_only(L, G, d_h, budget),
                 "the layers are missing: every one of the L layers has its own cache": budget
                 // _meta_bytes(2, G, 1, d_h),
                 "that counts 4 bytes per element; bfloat16 takes 2": budget // (2 * cache(1)),
-                "that rounds up: the cache of T_max + 1 tokens would not fit": -(
-                    -budget // cache(1)
+                "that rounds up: the cache of T_max + 1 tokens would not fit": gqa_rounds_up(
+                    L, G, d_h, budget
                 ),
             }
             _expect_int(got, want, what, wrong)
         want = budget // _meta_bytes(L, 1, d_c + d_R)
         what = f"mla_max_tokens for DeepSeek-V3, a budget of {where}"
         got = as_int(attempt(mla_answer, L, d_c, d_R, budget), what, "tokens")
+        args = (L, d_c, d_R, budget)
         wrong = {
             "the RoPE key is missing: the cache holds the latent (d_c) and the shared RoPE "
-            "key (d_R) of every token": budget // _meta_bytes(L, 1, d_c),
-            "the layers are missing: every one of the L layers caches its own latents": budget
-            // _meta_bytes(1, d_c + d_R),
+            "key (d_R) of every token": mla_without_rope(*args),
+            "the layers are missing: every one of the L layers caches its own "
+            "latents": mla_without_layers(*args),
             "the latent is counted twice, as if it held keys and values separately; "
-            "one latent serves both": budget // _meta_bytes(L, 1, 2 * d_c + d_R),
+            "one latent serves both": mla_latent_twice(*args),
             "that counts 4 bytes per element; bfloat16 takes 2": budget
             // (2 * _meta_bytes(L, 1, d_c + d_R)),
             "that rounds up: the cache of T_max + 1 tokens would not fit": -(
@@ -290,6 +294,12 @@ def max_tokens(gqa_answer, mla_answer) -> str:
         "T_max matches the bytes of meta-allocated caches for MHA, GQA-8, MQA and MLA at "
         "64 GiB, for a budget below one token and for an exact fit"
     )
+
+
+def _keys_values(x, weights):
+    """Keys and values that MLA weights (w_dkv, w_uk, w_uv) give the tokens x (25.4)."""
+    w_dkv, w_uk, w_uv = weights
+    return mla.up_project(mla.latent(x, w_dkv), w_uk, w_uv)
 
 
 def _expect_int(got: int, want: int, what: str, wrong: dict) -> None:
@@ -338,20 +348,18 @@ def gqa_as_mla(answer) -> str:
         g = [h * G // H for h in range(H)]  # eq. 24.3
         k_gqa, v_gqa = heads_k[:, g], heads_v[:, g]  # (1, H, T, d_h)
         k_mla, v_mla = mla.up_project(mla.latent(x, w_dkv), w_uk, w_uv)
-        interleaved = [h % G for h in range(H)]
-        for got, want, other, name in (
-            (k_mla, k_gqa, v_gqa, "keys"),
-            (v_mla, v_gqa, k_gqa, "values"),
-        ):
+        swapped = _keys_values(x, as_mla_swapped(w_k, w_v, H, G))
+        interleaved = _keys_values(x, as_mla_interleaved(w_k, w_v, H, G))
+        for i, (got, want, name) in enumerate(((k_mla, k_gqa, "keys"), (v_mla, v_gqa, "values"))):
             wrong = {
                 f"the {name} are the other projection's: w_uk selects the key block of the "
-                "latent, w_uv the value block": other
+                "latent, w_uv the value block": swapped[i]
             }
-            if interleaved != g:
+            if [h % G for h in range(H)] != g:
                 wrong[
                     "query head h reads key/value head h mod G; eq. 24.3 says "
                     "g(h) = floor(h G / H) (neighbouring heads share)"
-                ] = (heads_k if name == "keys" else heads_v)[:, interleaved]
+                ] = interleaved[i]
             expect_answer(
                 got,
                 want,
@@ -377,8 +385,198 @@ def gqa_as_mla(answer) -> str:
     )
 
 
-# Typical wrong answers (one place: the tests build each and check that it is rejected with
-# its feedback) ---------------------------------------------------------------------
+# --- 25.5 ------------------------------------------------------------------------------------
+
+RANK_SHAPE = dict(D=64, H=4, d_h=12, d_c=16, T=64)  # the layer of the prediction
+
+
+def _kv_rank() -> int:
+    """Rank of the stacked position-free keys and values of all heads, (T, 2 H d_h)."""
+    D, H, d_h, d_c, T = (RANK_SHAPE[k] for k in ("D", "H", "d_h", "d_c", "T"))
+    gen = torch.Generator().manual_seed(255)
+    x = torch.randn(T, D, generator=gen, dtype=F64)
+    c = x @ torch.randn(D, d_c, generator=gen, dtype=F64)  # (T, d_c) latents
+    w_uk, w_uv = (torch.randn(H, d_c, d_h, generator=gen, dtype=F64) for _ in range(2))
+    keys = torch.cat([c @ w_uk[h] for h in range(H)], dim=1)  # (T, H d_h)
+    values = torch.cat([c @ w_uv[h] for h in range(H)], dim=1)
+    return int(torch.linalg.matrix_rank(torch.cat([keys, values], dim=1)))
+
+
+@exercise("25.5", "predict_kv_rank")
+def kv_rank(answer) -> str:
+    """The guessed rank against the rank of keys and values of random MLA weights, run here."""
+    what = "predict_kv_rank()"
+    got = as_tensor(attempt(answer), what)
+    expect(got.numel() == 1, f"{what} should return one number, got shape {tuple(got.shape)}")
+    guess, rank = float(got.reshape(())), _kv_rank()
+    D, H, d_h, d_c, T = (RANK_SHAPE[k] for k in ("D", "H", "d_h", "d_c", "T"))
+    if abs(guess - rank) < 0.5:
+        return (
+            f"right: the {T} x {2 * H * d_h} matrix of all keys and values has rank {rank} = d_c, "
+            "since every column is a linear function of the same latents; an MHA layer's "
+            f"would have rank min(T, D, 2 H d_h) = {min(T, D, 2 * H * d_h)}"
+        )
+    why = {
+        predict_two_latents(): "keys and values do not get a latent each: both are read off "
+        "the same c_s",
+        predict_tokens(): f"{T} tokens bound the rank, but every row is a function of a "
+        f"{d_c}-number latent",
+        predict_full_mha(): f"{2 * H * d_h} is the number of columns; even MHA, whose keys "
+        f"and values are free linear maps of x, reaches only min(T, D, {2 * H * d_h}) = "
+        f"{min(T, D, 2 * H * d_h)}",
+        predict_keys_only(): f"{H * d_h} is the width of the keys alone, and they too lie in "
+        "the latent's span",
+    }.get(guess, "")
+    raise Incorrect(
+        f"{what} guessed {guess:g}; the rank, computed here, is {rank} = d_c"
+        + (f" ({why})" if why else "")
+        + ": k_{s,h} = c_s W_UK,h and v_{s,h} = c_s W_UV,h, so [K | V] = C [W_UK | W_UV] with C "
+        f"of shape ({T}, {d_c}): a product through {d_c} numbers has rank at most {d_c}"
+    )
+
+
+# --- 25.6 ------------------------------------------------------------------------------------
+
+
+def _materialised_case(seed: int, B: int, H: int, T_q: int, T_k: int, d_h: int, d_c: int, d_R):
+    gen = torch.Generator().manual_seed(seed)
+    return (
+        torch.randn(B, H, T_q, d_h, generator=gen, dtype=F64),
+        torch.randn(B, H, T_q, d_R, generator=gen, dtype=F64),
+        torch.randn(B, T_k, d_c, generator=gen, dtype=F64),
+        torch.randn(B, T_k, d_R, generator=gen, dtype=F64),
+        torch.randn(H, d_c, d_h, generator=gen, dtype=F64) / math.sqrt(d_c),
+        torch.randn(H, d_c, d_h, generator=gen, dtype=F64) / math.sqrt(d_c),
+    )
+
+
+def _sdpa_reference(q_nope, q_rope, c, k_rope, w_uk, w_uv):
+    """Keys and values built with F.linear per head, then torch's SDPA with the decode mask."""
+    H, T_q, T_k = q_nope.shape[1], q_nope.shape[2], c.shape[1]
+    keys = torch.stack([F.linear(c, w_uk[h].T) for h in range(H)], dim=1)  # (B, H, T_k, d_h)
+    values = torch.stack([F.linear(c, w_uv[h].T) for h in range(H)], dim=1)
+    keys = torch.cat([keys, k_rope[:, None].expand(-1, H, -1, -1)], dim=-1)
+    mask = torch.ones(T_q, T_k, dtype=torch.bool).tril(T_k - T_q)  # aligned to the last key
+    return F.scaled_dot_product_attention(
+        torch.cat([q_nope, q_rope], dim=-1), keys, values, attn_mask=mask
+    )
+
+
+@exercise("25.6", "mla_materialised")
+def materialised(answer) -> str:
+    """The materialised form against torch's SDPA on keys and values built with F.linear."""
+    cases = [
+        ((2, 4, 7, 7, 8, 12, 4), "a prompt of 7 tokens"),
+        ((1, 3, 1, 9, 6, 10, 2), "one decoding step against 9 cached tokens"),
+        ((2, 2, 3, 9, 4, 6, 2), "3 new tokens against 9 cached ones"),
+    ]
+    for seed, ((B, H, T_q, T_k, d_h, d_c, d_R), where) in enumerate(cases):
+        args = _materialised_case(256 + seed, B, H, T_q, T_k, d_h, d_c, d_R)
+        want = _sdpa_reference(*args)
+        wrong = {
+            "the RoPE part is missing: every head scores [q^C, q^R] . [c W_UK,h, k^R] "
+            "(eq. 25.2 and the decoupled key)": materialised_without_rope(*args),
+            "the scale is 1/sqrt(d_h + d_R): the dot products have width d_h + d_R": (
+                materialised_scale_dh(*args)
+            ),
+            "keys come from W_UK,h and values from W_UV,h; they are swapped": (
+                materialised_swapped(*args)
+            ),
+        }
+        if T_q > 1:  # a single query sees every cached key anyway
+            wrong["the causal mask is missing: query i sees the keys j <= i + T_k - T_q"] = (
+                materialised_unmasked(*args)
+            )
+        if T_q < T_k:
+            wrong[
+                "the causal mask is aligned top-left (is_causal=True of torch); with a cache "
+                "the new queries are the last T_q positions: j <= i + T_k - T_q"
+            ] = materialised_top_left(*args)
+        expect_answer(
+            attempt(answer, *(a.clone() for a in args)),
+            want,
+            f"mla_materialised(...) for {where}",
+            wrong=wrong,
+            atol=1e-12,
+            rtol=1e-10,
+        )
+    return (
+        "matches torch SDPA on keys and values built with F.linear (RoPE part concatenated, "
+        "scale 1/sqrt(d_h + d_R), mask aligned to the last key) for a prompt, one decoding "
+        "step and three new tokens against a cache"
+    )
+
+
+# --- 25.7 ------------------------------------------------------------------------------------
+
+
+WIDTHS = (1, 4, 8, 16, 32, 48, 64)
+
+
+def _projections(kind: str):
+    """(w_k, w_v) of shape (48, 32) each: Gaussian, or with singular values halving every 4."""
+    gen = torch.Generator().manual_seed(257)
+    w = torch.randn(48, 64, generator=gen, dtype=F64)
+    if kind == "decaying":
+        u, _, vh = torch.linalg.svd(w, full_matrices=False)
+        w = u @ torch.diag(2.0 ** (-torch.arange(48, dtype=F64) / 4)) @ vh
+    return w[:, :32], w[:, 32:]
+
+
+def _best_errors(w_k, w_v, widths, *, squared: bool = False) -> list[float]:
+    """Eckart-Young: the discarded share of the squared singular values of [W_K | W_V]."""
+    s = np.linalg.svd(np.concatenate([w_k.numpy(), w_v.numpy()], axis=1), compute_uv=False)
+    energy = s**2
+    out = [float(energy[min(d, len(s)) :].sum() / energy.sum()) for d in widths]
+    return out if squared else [math.sqrt(e) for e in out]
+
+
+@exercise("25.7", "latent_fit_errors")
+def latent_fit(answer) -> str:
+    """Relative errors of the best latent of each width against NumPy's singular values."""
+    found = {}
+    for kind in ("Gaussian", "decaying"):
+        w_k, w_v = _projections(kind)
+        want = _best_errors(w_k, w_v, WIDTHS)
+        what = f"latent_fit_errors(w_k, w_v, {list(WIDTHS)}) for the {kind} projections"
+        got = attempt(answer, w_k.clone(), w_v.clone(), list(WIDTHS))
+        expect(
+            isinstance(got, (list, tuple)) and len(got) == len(WIDTHS),
+            f"{what} should return a list of {len(WIDTHS)} floats, one per width",
+        )
+        args = (w_k, w_v, list(WIDTHS))
+        expect_answer(
+            torch.tensor([float(as_tensor(v, what).reshape(())) for v in got], dtype=F64),
+            torch.tensor(want, dtype=F64),
+            what,
+            wrong={
+                "keys and values share ONE latent: factor [W_K | W_V] with one SVD (separate "
+                "latents of width d_c would cache 2 d_c numbers)": fit_separately(*args),
+                "that is the squared error; the relative Frobenius error is its square "
+                "root": fit_squared(*args),
+                "that is the part the latent keeps; return the error, the part it loses": fit_kept(
+                    *args
+                ),
+                "the best latent keeps the d_c LARGEST singular values "
+                "(Eckart-Young)": fit_smallest(*args),
+            },
+            atol=1e-9,
+            rtol=1e-9,
+        )
+        found[kind] = want
+    show = [WIDTHS.index(d) for d in (8, 16, 32)]
+    return (
+        "the errors match the singular values of [W_K | W_V] for a Gaussian and a decaying "
+        "spectrum: the best latents of width 8, 16 and 32 (of 64 columns) leave relative errors "
+        + ", ".join(fmt(found["Gaussian"][i], 3) for i in show)
+        + " for the Gaussian projections but "
+        + ", ".join(fmt(found["decaying"][i], 3) for i in show)
+        + " where the singular values halve every 4"
+    )
+
+
+# Typical wrong answers, written once: the checks above evaluate them to name a mistake, and the
+# tests build each one and check that it is rejected with its feedback ---------------------------
 
 
 # --- 25.1 ---
@@ -392,12 +590,23 @@ def merge_summed_heads(w_uq, w_uk):
     return torch.einsum("hcd,hld->cl", w_uq, w_uk)
 
 
+def _merge(w_uq, w_uk):
+    return w_uq @ w_uk.transpose(1, 2)
+
+
+def _costs(cfg):
+    """(merged_params, factored_params, merged_flops, factored_flops), written out."""
+    H, d_h, d_c, d_cq = cfg.n_heads, cfg.d_head, cfg.d_latent, cfg.d_q_latent
+    merged, factored = H * d_cq * d_c, H * d_h * (d_cq + d_c)
+    return merged, factored, 2 * merged, 2 * factored
+
+
 def costs_one_head(cfg):
-    return tuple(v // cfg.n_heads for v in _ref("25.1", "merge_costs")(cfg))
+    return tuple(v // cfg.n_heads for v in _costs(cfg))
 
 
 def costs_flops_as_params(cfg):
-    merged, factored, _, _ = _ref("25.1", "merge_costs")(cfg)
+    merged, factored, _, _ = _costs(cfg)
     return merged, factored, merged, factored
 
 
@@ -406,18 +615,26 @@ def costs_one_factor(cfg):
     return H * d_cq * d_c, H * d_h * d_cq, 2 * H * d_cq * d_c, 2 * H * d_h * d_cq
 
 
+def costs_swapped(cfg):
+    merged, factored, merged_flops, factored_flops = _costs(cfg)
+    return factored, merged, factored_flops, merged_flops
+
+
 def costs_pair(cfg):
-    return _ref("25.1", "merge_costs")(cfg)[:2]
+    return _costs(cfg)[:2]
 
 
 # --- 25.2 ---
 
 
+def _prefill(cfg, T, form, batch=1):
+    return _prefill_total(cfg, T, form, batch)
+
+
 def prefill_causal_half(cfg, T, form, batch=1):
-    full = _ref("25.2", "prefill_attention_flops")(cfg, T, form, batch)
-    H, d_h, d_c, d_R = cfg.n_heads, cfg.d_head, cfg.d_latent, cfg.d_rope
-    per_pair = 2 * H * (2 * d_h + d_R) if form == "naive" else 2 * H * (2 * d_c + d_R)
-    return full - batch * per_pair * (T * T - T * (T + 1) // 2)
+    terms = _prefill_terms(cfg, T, form)
+    pair = terms["scores"] + terms["sum"]  # all T^2 pairs
+    return batch * (sum(terms.values()) - pair + pair * (T + 1) // (2 * T))
 
 
 def prefill_as_decode_steps(cfg, T, form, batch=1):
@@ -425,22 +642,27 @@ def prefill_as_decode_steps(cfg, T, form, batch=1):
 
 
 def prefill_forgets_batch(cfg, T, form, batch=1):
-    return _ref("25.2", "prefill_attention_flops")(cfg, T, form)
+    return _prefill_total(cfg, T, form)
 
 
 def prefill_swapped_forms(cfg, T, form, batch=1):
-    other = "absorbed" if form == "naive" else "naive"
-    return _ref("25.2", "prefill_attention_flops")(cfg, T, other, batch)
+    return _prefill_total(cfg, T, "absorbed" if form == "naive" else "naive", batch)
 
 
 def prefill_attention_only(cfg, T, form, batch=1):
-    H, d_h, d_c, d_R = cfg.n_heads, cfg.d_head, cfg.d_latent, cfg.d_rope
-    if form == "naive":
-        return batch * (T * 4 * d_c * H * d_h + T * T * 2 * H * (2 * d_h + d_R))
-    return batch * (T * 4 * H * d_h * d_c + T * T * 2 * H * (2 * d_c + d_R))
+    terms = _prefill_terms(cfg, T, form)
+    return batch * sum(v for k, v in terms.items() if k not in _SHARED)
 
 
 # --- 25.3 ---
+
+
+def _gqa_tokens(n_layers, n_kv_heads, d_head, budget, bytes_per_element=2):
+    return budget // (2 * n_layers * n_kv_heads * d_head * bytes_per_element)
+
+
+def _mla_tokens(n_layers, d_latent, d_rope, budget, bytes_per_element=2):
+    return budget // (n_layers * (d_latent + d_rope) * bytes_per_element)
 
 
 def gqa_keys_only(n_layers, n_kv_heads, d_head, budget, bytes_per_element=2):
@@ -470,50 +692,148 @@ def mla_latent_twice(n_layers, d_latent, d_rope, budget, bytes_per_element=2):
 # --- 25.4 ---
 
 
-def as_mla_interleaved(w_k, w_v, H, G):
+def _selection(w_k, w_v, H, G, group):
+    """W_DKV = [W_K W_V] and up-projections that select the blocks of the heads ``group``."""
     d_h = w_k.shape[1] // G
-    w_dkv = torch.cat([w_k, w_v], dim=1)
+    w_dkv = torch.cat([w_k, w_v], dim=1)  # (D, 2 G d_h)
     eye = torch.eye(2 * G * d_h, dtype=w_k.dtype)
-    group = [h % G for h in range(H)]
-    w_uk = torch.stack([eye[:, g * d_h : (g + 1) * d_h] for g in group])
+    w_uk = torch.stack([eye[:, g * d_h : (g + 1) * d_h] for g in group])  # (H, d_c, d_h)
     w_uv = torch.stack([eye[:, (G + g) * d_h : (G + g + 1) * d_h] for g in group])
     return w_dkv, w_uk, w_uv
 
 
+def _as_mla(w_k, w_v, H, G):
+    return _selection(w_k, w_v, H, G, [h * G // H for h in range(H)])
+
+
+def as_mla_interleaved(w_k, w_v, H, G):
+    return _selection(w_k, w_v, H, G, [h % G for h in range(H)])
+
+
 def as_mla_swapped(w_k, w_v, H, G):
-    w_dkv, w_uk, w_uv = _ref("25.4", "gqa_as_mla")(w_k, w_v, H, G)
+    w_dkv, w_uk, w_uv = _as_mla(w_k, w_v, H, G)
     return w_dkv, w_uv, w_uk
 
 
 def as_mla_integer_groups(w_k, w_v, H, G):
-    d_h = w_k.shape[1] // G
-    w_dkv = torch.cat([w_k, w_v], dim=1)
-    eye = torch.eye(2 * G * d_h, dtype=w_k.dtype)
-    group = [h // (H // G) for h in range(H)]  # breaks when G does not divide H
-    w_uk = torch.stack([eye[:, g * d_h : (g + 1) * d_h] for g in group])
-    w_uv = torch.stack([eye[:, (G + g) * d_h : (G + g + 1) * d_h] for g in group])
-    return w_dkv, w_uk, w_uv
+    return _selection(w_k, w_v, H, G, [h // (H // G) for h in range(H)])  # G must divide H
 
 
 def as_mla_float32(w_k, w_v, H, G):
-    return tuple(t.float() for t in _ref("25.4", "gqa_as_mla")(w_k, w_v, H, G))
+    return tuple(t.float() for t in _as_mla(w_k, w_v, H, G))
 
 
 def as_mla_pair(w_k, w_v, H, G):
-    return _ref("25.4", "gqa_as_mla")(w_k, w_v, H, G)[1:]
+    return _as_mla(w_k, w_v, H, G)[1:]
 
 
-_MERGE, _COSTS = _ref("25.1", "merge_query_key"), _ref("25.1", "merge_costs")
-_GQA, _MLA = _ref("25.3", "gqa_max_tokens"), _ref("25.3", "mla_max_tokens")
+# --- 25.5 ---
+
+
+def predict_two_latents():
+    return 2 * RANK_SHAPE["d_c"]
+
+
+def predict_tokens():
+    return RANK_SHAPE["T"]
+
+
+def predict_full_mha():
+    return 2 * RANK_SHAPE["H"] * RANK_SHAPE["d_h"]
+
+
+def predict_keys_only():
+    return RANK_SHAPE["H"] * RANK_SHAPE["d_h"]
+
+
+# --- 25.6 ---
+
+
+def _attend(q, k, v, scale, mask):
+    s = scale * q @ k.transpose(-2, -1)  # (B, H, T_q, T_k)
+    if mask is not None:
+        s = s.masked_fill(~mask, -math.inf)
+    return torch.softmax(s, dim=-1) @ v
+
+
+def _variant(q_nope, q_rope, c, k_rope, w_uk, w_uv, *, rope=True, scale=None, mask="last"):
+    """The materialised form with one choice changed (the mistakes below)."""
+    H, T_q, T_k = q_nope.shape[1], q_nope.shape[2], c.shape[1]
+    k = torch.einsum("bsc,hcd->bhsd", c, w_uk)  # (B, H, T_k, d_h)
+    v = torch.einsum("bsc,hcd->bhsd", c, w_uv)
+    q = q_nope
+    if rope:
+        q = torch.cat([q_nope, q_rope], dim=-1)
+        k = torch.cat([k, k_rope[:, None].expand(-1, H, -1, -1)], dim=-1)
+    if scale is None:
+        scale = 1 / math.sqrt(q_nope.shape[-1] + q_rope.shape[-1])
+    masks = {
+        "last": torch.ones(T_q, T_k, dtype=torch.bool).tril(T_k - T_q),
+        "first": torch.ones(T_q, T_k, dtype=torch.bool).tril(0),
+        None: None,
+    }
+    return _attend(q, k, v, scale, masks[mask])
+
+
+def materialised_without_rope(q_nope, q_rope, c, k_rope, w_uk, w_uv):
+    return _variant(q_nope, q_rope, c, k_rope, w_uk, w_uv, rope=False)
+
+
+def materialised_scale_dh(q_nope, q_rope, c, k_rope, w_uk, w_uv):
+    return _variant(q_nope, q_rope, c, k_rope, w_uk, w_uv, scale=q_nope.shape[-1] ** -0.5)
+
+
+def materialised_swapped(q_nope, q_rope, c, k_rope, w_uk, w_uv):
+    return _variant(q_nope, q_rope, c, k_rope, w_uv, w_uk)
+
+
+def materialised_unmasked(q_nope, q_rope, c, k_rope, w_uk, w_uv):
+    return _variant(q_nope, q_rope, c, k_rope, w_uk, w_uv, mask=None)
+
+
+def materialised_top_left(q_nope, q_rope, c, k_rope, w_uk, w_uv):
+    return _variant(q_nope, q_rope, c, k_rope, w_uk, w_uv, mask="first")
+
+
+# --- 25.7 ---
+
+
+def fit_separately(w_k, w_v, widths):
+    def energy(w):
+        return np.linalg.svd(w.numpy(), compute_uv=False) ** 2
+
+    e_k, e_v = energy(w_k), energy(w_v)
+    total = e_k.sum() + e_v.sum()
+    return [math.sqrt((e_k[d:].sum() + e_v[d:].sum()) / total) for d in widths]
+
+
+def fit_squared(w_k, w_v, widths):
+    return _best_errors(w_k, w_v, widths, squared=True)
+
+
+def fit_kept(w_k, w_v, widths):
+    return [math.sqrt(1 - e) for e in _best_errors(w_k, w_v, widths, squared=True)]
+
+
+def fit_smallest(w_k, w_v, widths):
+    s = np.linalg.svd(np.concatenate([w_k.numpy(), w_v.numpy()], axis=1), compute_uv=False)
+    energy = (s**2)[::-1]  # smallest first
+    return [math.sqrt(energy[min(d, len(s)) :].sum() / energy.sum()) for d in widths]
+
+
+def fit_one_number(w_k, w_v, widths):
+    return _best_errors(w_k, w_v, widths)[0]
+
 
 MISTAKES = {
     "25.1": [
-        ((merge_transposed, _COSTS), "transpose of each head's matrix"),
-        ((merge_summed_heads, _COSTS), "heads are summed"),
-        ((_MERGE, costs_one_head), "counts of one head"),
-        ((_MERGE, costs_flops_as_params), "is two FLOPs"),
-        ((_MERGE, costs_one_factor), "only one factor"),
-        ((_MERGE, costs_pair), "tuple of 4 ints"),
+        ((merge_transposed, _costs), "transpose of each head's matrix"),
+        ((merge_summed_heads, _costs), "heads are summed"),
+        ((_merge, costs_one_head), "counts of one head"),
+        ((_merge, costs_flops_as_params), "is two FLOPs"),
+        ((_merge, costs_one_factor), "only one factor"),
+        ((_merge, costs_swapped), "swapped"),
+        ((_merge, costs_pair), "tuple of 4 ints"),
     ],
     "25.2": [
         (prefill_causal_half, "only the causal half"),
@@ -523,12 +843,12 @@ MISTAKES = {
         (prefill_attention_only, "shared projections"),
     ],
     "25.3": [
-        ((gqa_keys_only, _MLA), "keys only"),
-        ((gqa_rounds_up, _MLA), "rounds up"),
-        ((gqa_float, _MLA), "whole number (tokens)"),
-        ((_GQA, mla_without_rope), "RoPE key is missing"),
-        ((_GQA, mla_without_layers), "layers are missing"),
-        ((_GQA, mla_latent_twice), "latent is counted twice"),
+        ((gqa_keys_only, _mla_tokens), "keys only"),
+        ((gqa_rounds_up, _mla_tokens), "rounds up"),
+        ((gqa_float, _mla_tokens), "whole number (tokens)"),
+        ((_gqa_tokens, mla_without_rope), "RoPE key is missing"),
+        ((_gqa_tokens, mla_without_layers), "layers are missing"),
+        ((_gqa_tokens, mla_latent_twice), "latent is counted twice"),
     ],
     "25.4": [
         (as_mla_interleaved, "h mod G"),
@@ -536,5 +856,25 @@ MISTAKES = {
         (as_mla_integer_groups, "raised RuntimeError"),
         (as_mla_float32, "float64 tensor"),
         (as_mla_pair, "should return a triple"),
+    ],
+    "25.5": [
+        (predict_two_latents, "do not get a latent each"),
+        (predict_tokens, "tokens bound the rank"),
+        (predict_full_mha, "even MHA"),
+        (predict_keys_only, "width of the keys alone"),
+    ],
+    "25.6": [
+        (materialised_without_rope, "RoPE part is missing"),
+        (materialised_scale_dh, "1/sqrt(d_h + d_R)"),
+        (materialised_swapped, "swapped"),
+        (materialised_unmasked, "mask is missing"),
+        (materialised_top_left, "top-left"),
+    ],
+    "25.7": [
+        (fit_separately, "share ONE latent"),
+        (fit_squared, "squared error"),
+        (fit_kept, "the part the latent keeps"),
+        (fit_smallest, "LARGEST singular values"),
+        (fit_one_number, "should return a list of 7 floats"),
     ],
 }

@@ -5,20 +5,34 @@ partial states written out from their definitions (``amax``, ``exp``, a matrix p
 ``F.scaled_dot_product_attention``, ``torch.softmax`` and ``torch.logsumexp`` over all keys in
 float64, the number of matrix products that :func:`mlbook.attention.tiled.tiled_attention` actually
 performs (intercepted with a ``TorchFunctionMode``), and ``torch.finfo`` with ``torch.exp``
-evaluated in each dtype. Everything runs on the CPU; the Triton kernel of the chapter is not used.
+evaluated in each dtype, a float16 running sum in NumPy (26.5), and, for the block-size sweep
+(26.6), the tile count and the largest tensor written out in closed form. Everything runs on the
+CPU; the Triton kernel of the chapter is not used.
+
+Each typical wrong answer is written once, as a function at the end of the module: the checks
+evaluate those functions to recognise a mistake, and ``MISTAKES`` lists them for the tests.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
 
 from ...attention import tiled as ta
-from . import Incorrect, as_int, as_tensor, attempt, exercise, expect, expect_answer
-from . import reference_answer as _ref
+from ...attention.counting import CountMatmuls
+from . import (
+    Incorrect,
+    as_int,
+    as_tensor,
+    attempt,
+    exercise,
+    expect,
+    expect_answer,
+    expect_tuple,
+)
 
 F64 = torch.float64
 
@@ -78,12 +92,12 @@ def split_k(states_answer, tree_answer) -> str:
                 n == acc.numel() + 2,
                 f"{what} holds {n} numbers; a state is (m, l, acc): d_v + 2 = {acc.numel() + 2}",
             )
-            unscaled = _states(q * math.sqrt(16), K, V, sizes)[i]
+            args = (q, K, V, sizes)
             expect_answer(
                 state[0],
                 m,
                 f"m of {what}",
-                wrong={"the scores are not divided by sqrt(d)": unscaled[0]},
+                wrong={"the scores are not divided by sqrt(d)": states_unscaled(*args)[i][0]},
                 atol=1e-12,
                 rtol=1e-10,
             )
@@ -93,7 +107,7 @@ def split_k(states_answer, tree_answer) -> str:
                 f"l of {what}",
                 wrong={
                     "l is the plain sum of e^s; it is measured against the slice's "
-                    "maximum m: sum e^(s - m)": l * torch.exp(m)
+                    "maximum m: sum e^(s - m)": states_unshifted(*args)[i][1]
                 },
                 atol=1e-12,
                 rtol=1e-10,
@@ -104,7 +118,9 @@ def split_k(states_answer, tree_answer) -> str:
                 f"acc of {what}",
                 wrong={
                     "acc is normalised; a worker sends the unnormalised numerator "
-                    "sum_j e^(s_j - m) v_j, and only the root divides by l": acc / l
+                    "sum_j e^(s_j - m) v_j, and only the root divides by l": states_normalised(
+                        *args
+                    )[i][2]
                 },
                 atol=1e-10,
                 rtol=1e-10,
@@ -114,21 +130,18 @@ def split_k(states_answer, tree_answer) -> str:
         q, K, V = _split_case(261 + seed, sum(sizes), 16, 8, size)
         states = _states(q, K, V, sizes)
         want = F.scaled_dot_product_attention(q[None], K, V)[0]  # (d_v,)
-        ms = torch.stack([m for m, _, _ in states])
-        ls = torch.stack([l for _, l, _ in states])
-        accs = torch.stack([a for _, _, a in states])
         wrong = {
             "that is the unnormalised numerator; divide by l once, at the root (eq. 26.4)": (
-                torch.exp(ms - ms.max())[:, None] * accs
-            ).sum(0),
+                tree_unnormalised(states)
+            ),
             "the workers' outputs are averaged with equal weights; each slice must be weighted "
-            "by its softmax mass e^m l": (accs / ls[:, None]).mean(0),
+            "by its softmax mass e^m l": tree_average(states),
         }
         if len(sizes) > 1:
             wrong[
                 "the states are added without rescaling to a common maximum (eq. 26.2): each "
                 "acc and l must be multiplied by e^(m_i - m)"
-            ] = accs.sum(0) / ls.sum()
+            ] = tree_no_rescale(states)
         got = attempt(tree_answer, [tuple(x.clone() for x in st) for st in states])
         expect_answer(got, want, f"merge_tree for {where}", wrong=wrong, atol=1e-12, rtol=1e-10)
     return (
@@ -184,26 +197,25 @@ def merge_lse(answer) -> str:
         )
         o_got, L_got = got
         finite_b = torch.isfinite(Lb).all()
+        parts = (oa, La, ob, Lb)
         wrong_L = {
             "L = max(L_a, L_b) drops the smaller set's mass; the sums add: "
-            "L = log(e^L_a + e^L_b)": torch.maximum(La, Lb)
+            "L = log(e^L_a + e^L_b)": lse_max(*parts)[1]
         }
         if finite_b:
-            wrong_L["L_a + L_b multiplies the two sums; they add: L = log(e^L_a + e^L_b)"] = La + Lb
+            wrong_L["L_a + L_b multiplies the two sums; they add: L = log(e^L_a + e^L_b)"] = (
+                lse_add(*parts)[1]
+            )
         expect_answer(
             L_got, L_want, f"L of merge_lse for {where}", wrong=wrong_L, atol=1e-10, rtol=1e-12
         )
-        w_a = torch.exp(La - L_want)[..., None]
-        w_b = torch.exp(Lb - L_want)[..., None]
         wrong_o = {
             "the outputs are averaged with equal weights; weight each by its softmax "
-            "mass e^(L_a - L), e^(L_b - L)": (oa + ob) / 2,
-            "the weights are swapped: o_a gets e^(L_a - L)": w_b * oa + w_a * ob,
+            "mass e^(L_a - L), e^(L_b - L)": lse_average(*parts)[0],
+            "the weights are swapped: o_a gets e^(L_a - L)": lse_swapped(*parts)[0],
         }
         if La.abs().max() < 100 and finite_b:
-            wrong_o["the weights e^L_a, e^L_b are not divided by e^L"] = (
-                torch.exp(La)[..., None] * oa + torch.exp(Lb)[..., None] * ob
-            )
+            wrong_o["the weights e^L_a, e^L_b are not divided by e^L"] = lse_undivided(*parts)[0]
         expect_answer(
             o_got, o_want, f"o of merge_lse for {where}", wrong=wrong_o, atol=1e-10, rtol=1e-10
         )
@@ -214,20 +226,6 @@ def merge_lse(answer) -> str:
 
 
 # --- 26.3 ------------------------------------------------------------------------------------
-
-
-class CountMatmuls(TorchFunctionMode):
-    """Counts the matrix products (``@``, ``torch.matmul``) performed inside a ``with`` block, in
-    ``.n`` (chapter 26 counts the tiles that tiled attention computes with it)."""
-
-    def __init__(self):
-        super().__init__()
-        self.n = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if getattr(func, "__name__", "") in ("matmul", "__matmul__"):
-            self.n += 1
-        return func(*args, **(kwargs or {}))
 
 
 def _counted_tiles(T: int, b_q: int, b_k: int) -> int:
@@ -252,31 +250,31 @@ def causal_tiles(answer) -> str:
     ]
     for T, b_q, b_k in cases:
         want = _counted_tiles(T, b_q, b_k)
-        R_q, R_k = -(-T // b_q), -(-T // b_k)
+        args = (T, b_q, b_k)
         wrong = {}
         if b_q == b_k:
             wrong[
                 "query block r needs key blocks 0 .. r, r + 1 of them (the diagonal tile "
                 "too), and the last, shorter block counts: R = ceil(T / b)"
-            ] = R_q * (R_q - 1) // 2
+            ] = tiles_without_diagonal(*args)
         else:
             wrong[
                 "that is the square-block count R(R + 1)/2; with b_q != b_k query block r "
                 "needs ceil(min(b_q (r + 1), T) / b_k) key blocks"
-            ] = R_q * (R_q + 1) // 2
+            ] = tiles_square_query_blocks(*args)
             wrong[
                 "that is the square-block count R(R + 1)/2 in key blocks; with b_q != b_k "
                 "query block r needs ceil(min(b_q (r + 1), T) / b_k) key blocks"
-            ] = R_k * (R_k + 1) // 2
-            wrong["the last query block is not cut at T: it needs at most R_k key blocks"] = sum(
-                -(-b_q * (r + 1) // b_k) for r in range(R_q)
+            ] = tiles_square_formula(*args)
+            wrong["the last query block is not cut at T: it needs at most R_k key blocks"] = (
+                tiles_not_cut(*args)
             )
             wrong[
                 "the last, shorter query block is missing: there are ceil(T / b_q) query blocks"
-            ] = sum(-(-b_q * (r + 1) // b_k) for r in range(T // b_q))
+            ] = tiles_floor(*args)
         wrong[
             "that is every tile, R_q R_k; the causal algorithm skips the tiles above the diagonal"
-        ] = R_q * R_k
+        ] = tiles_all(*args)
         what = f"causal_tiles(T={T}, b_q={b_q}, b_k={b_k})"
         got = as_int(attempt(answer, T, b_q, b_k), what, "tiles")
         if got != want:
@@ -314,12 +312,16 @@ def fp16_softmax(threshold_answer, softmax_answer) -> str:
             want,
             f"overflow_threshold({name})",
             wrong={
-                "that is log2 of the largest value; e^s needs the natural log": math.log2(big),
-                "that is log10 of the largest value; e^s needs the natural log": math.log10(big),
+                "that is log2 of the largest value; e^s needs the natural log": threshold_log2(
+                    dtype
+                ),
+                "that is log10 of the largest value; e^s needs the natural log": threshold_log10(
+                    dtype
+                ),
                 "that is the largest finite value itself; e^s overflows once s exceeds its "
-                "natural log": big,
+                "natural log": threshold_max(dtype),
                 "that is float32's threshold; use the largest value of this dtype "
-                "(torch.finfo(dtype).max)": math.log(torch.finfo(torch.float32).max),
+                "(torch.finfo(dtype).max)": threshold_fp32(dtype),
             },
             atol=2e-3,
             rtol=0,
@@ -355,17 +357,16 @@ def fp16_softmax(threshold_answer, softmax_answer) -> str:
             f"{what} should be a float16 tensor, got "
             f"{got.dtype if isinstance(got, torch.Tensor) else type(got).__name__}",
         )
-        m = s.double().amax(-1, keepdim=True)
         wrong = {
-            "the rows are not normalised: divide e^(s - m) by l = sum e^(s - m)": torch.exp(
-                s.double() - m
+            "the rows are not normalised: divide e^(s - m) by l = sum e^(s - m)": (
+                softmax_unnormalised(s.double())
             )
         }
         if s.dim() > 1:
             wrong[
                 "the softmax runs along the first axis; it belongs to the last (one row of "
                 "scores per query)"
-            ] = torch.softmax(s.double(), dim=0)
+            ] = softmax_first_axis(s.double())
         expect_answer(got_t, want, what, wrong=wrong, atol=2e-3, rtol=0)
     return (
         "thresholds match ln(finfo.max) and torch.exp's overflow in float16, bfloat16, "
@@ -374,39 +375,137 @@ def fp16_softmax(threshold_answer, softmax_answer) -> str:
     )
 
 
-# Typical wrong answers (one place: the tests build each and check that it is rejected with
-# its feedback) ---------------------------------------------------------------------
+# --- 26.5 ------------------------------------------------------------------------------------
+
+N_ONES = 4096  # keys of equal score: a float16 running sum l <- l + 1 should count them
+
+
+def _float16_running_sum(n: int) -> float:
+    """l <- l + 1, n times, each sum rounded to float16 (NumPy), as a float16 state holds it."""
+    one, total = np.float16(1.0), np.float16(0.0)
+    for _ in range(n):
+        total = np.float16(total + one)
+    return float(total)
+
+
+@exercise("26.5", "predict_fp16_running_sum")
+def fp16_running_sum(answer) -> str:
+    """The guess against a float16 running sum of 4,096 ones, run here."""
+    what = "predict_fp16_running_sum()"
+    got = as_tensor(attempt(answer), what)
+    expect(got.numel() == 1, f"{what} should return one number, got shape {tuple(got.shape)}")
+    guess, truth = float(got.reshape(())), _float16_running_sum(N_ONES)
+    if math.isfinite(guess) and abs(guess - truth) <= 0.01 * truth:
+        return (
+            "right: a float16 running sum of 4,096 ones stalls at 2,048 = 2^11, where float16 "
+            "numbers are 2 apart and 2,048 + 1 rounds back to 2,048; a float32 state counts "
+            "exactly up to 2^24"
+        )
+    why = {
+        predict_exact(): "4,096 assumes exact arithmetic",
+        predict_overflow(): "float16 overflows only beyond 65,504, and the sum never gets there",
+        predict_largest(): "65,504 is the largest float16, but the sum stops growing long before",
+    }.get(guess, "")
+    raise Incorrect(
+        f"{what} guessed {guess:g}; the float16 running sum, run here, ends at {truth:g}"
+        + (f" ({why})" if why else "")
+        + ": float16 has 11 significant bits, so above 2,048 its numbers are 2 apart and "
+        "2,048 + 1 rounds back to 2,048 (a tie goes to the even neighbour); from then on adding "
+        "a key changes nothing"
+    )
+
+
+# --- 26.6 ------------------------------------------------------------------------------------
+
+
+def _products(T: int, b: int, causal: bool = True) -> int:
+    """Matrix products of tiled attention with square blocks b: two a computed tile."""
+    R = -(-T // b)
+    return 2 * sum(-(-min(b * (r + 1), T) // b) if causal else R for r in range(R))
+
+
+def _largest(T: int, d: int, b: int, itemsize: int = 4, scores_only: bool = False) -> int:
+    """The largest tensor: a (b, b) tile of scores or the (T, d) output, whichever is larger."""
+    tile = itemsize * min(b, T) ** 2
+    return tile if scores_only else max(tile, itemsize * T * d)
+
+
+@exercise("26.6", "block_size_sweep")
+def block_size_sweep(answer) -> str:
+    """Products and largest tensors of causal tiled attention against closed forms."""
+    T, d, sizes = 256, 16, (8, 16, 60, 128, 256)
+    what = f"block_size_sweep({T}, {d}, {list(sizes)})"
+    got = attempt(answer, T, d, list(sizes))
+    expect(
+        isinstance(got, (list, tuple)) and len(got) == len(sizes),
+        f"{what} should return a list of {len(sizes)} pairs (products, largest_bytes), one per "
+        "block size",
+    )
+    for b, pair in zip(sizes, got, strict=True):
+        where = f"{what} at b = {b}"
+        products, nbytes = expect_tuple(pair, where, ("products", "largest_bytes"))
+        expect_answer(
+            as_int(products, f"the products of {where}", "matrix products"),
+            _products(T, b),
+            f"the products of {where}",
+            wrong={
+                "that counts every tile: run tiled_attention with causal=True, which skips "
+                "the tiles above the diagonal": _products(T, b, causal=False),
+                "that is the number of tiles; each computed tile takes two matrix products, "
+                "Q_i K_j^T and P V_j (counter.n)": _products(T, b) // 2,
+            },
+            atol=0,
+            rtol=0,
+        )
+        expect_answer(
+            as_int(nbytes, f"the largest bytes of {where}", "bytes"),
+            _largest(T, d, b),
+            f"the largest bytes of {where}",
+            wrong={
+                "those are float64 bytes; the sweep runs on float32 inputs, 4 bytes an entry": (
+                    _largest(T, d, b, itemsize=8)
+                ),
+                "that is the tile of scores alone; for small b the output (T, d) is the largest "
+                "tensor: measure with ta.largest_intermediate_bytes": _largest(
+                    T, d, b, scores_only=True
+                ),
+            },
+            atol=0,
+            rtol=0,
+        )
+    return (
+        f"the products and the largest tensors match closed forms for T = {T}, d = {d} and "
+        f"b = {', '.join(map(str, sizes))}: the products fall from {_products(T, sizes[0])} to "
+        f"{_products(T, sizes[-1])}, and the largest tensor stays at the output, "
+        f"{T * d * 4 // 1024} KiB, until b^2 > T d, then grows as 4 b^2 bytes "
+        f"({_largest(T, d, sizes[-1]) // 1024} KiB at b = {sizes[-1]})"
+    )
+
+
+# Typical wrong answers, written once: the checks above evaluate them to name a mistake, and the
+# tests build each one and check that it is rejected with its feedback ---------------------------
 
 
 # --- 26.1 ---
 
 
 def states_unscaled(q, K, V, sizes):
-    return _ref("26.1", "worker_states")(q * math.sqrt(q.shape[0]), K, V, sizes)
+    return _states(q * math.sqrt(q.shape[0]), K, V, sizes)
 
 
 def states_normalised(q, K, V, sizes):
-    return [(m, l, acc / l) for m, l, acc in _ref("26.1", "worker_states")(q, K, V, sizes)]
+    return [(m, l, acc / l) for m, l, acc in _states(q, K, V, sizes)]
 
 
 def states_unshifted(q, K, V, sizes):
-    return [
-        (m, l * torch.exp(m), acc) for m, l, acc in _ref("26.1", "worker_states")(q, K, V, sizes)
-    ]
+    return [(m, l * torch.exp(m), acc) for m, l, acc in _states(q, K, V, sizes)]
 
 
 def states_with_probabilities(q, K, V, sizes):
     out, lo = [], 0
-    for n in sizes:  # sends the whole softmax row as well
-        s = K[lo : lo + n] @ q / math.sqrt(q.shape[0])
-        out.append(
-            (
-                s.amax(),
-                torch.exp(s - s.amax()).sum(),
-                torch.exp(s - s.amax()) @ V[lo : lo + n],
-                torch.softmax(s, 0),
-            )
-        )
+    for (m, l, acc), n in zip(_states(q, K, V, sizes), sizes, strict=True):
+        s = K[lo : lo + n] @ q / math.sqrt(q.shape[0])  # sends the whole softmax row as well
+        out.append((m, l, acc, torch.softmax(s, 0)))
         lo += n
     return out
 
@@ -424,17 +523,31 @@ def tree_unnormalised(states):
     return sum(torch.exp(mi - m) * a for mi, _, a in states)
 
 
-_STATES, _TREE = _ref("26.1", "worker_states"), _ref("26.1", "merge_tree")
+def _worker_states(q, K, V, sizes):
+    return _states(q, K, V, sizes)
+
+
+def _merge_tree(states):
+    m = torch.stack([m for m, _, _ in states]).max()
+    num = sum(torch.exp(mi - m) * a for mi, _, a in states)
+    return num / sum(torch.exp(mi - m) * li for mi, li, _ in states)
+
 
 # --- 26.2 ---
 
 
+def _merged_o(o_a, L_a, o_b, L_b):
+    """The right output of two key sets (the wrong L's below keep it, to isolate their mistake)."""
+    L = torch.logaddexp(L_a, L_b)
+    return torch.exp(L_a - L)[..., None] * o_a + torch.exp(L_b - L)[..., None] * o_b
+
+
 def lse_add(o_a, L_a, o_b, L_b):
-    return _ref("26.2", "merge_lse")(o_a, L_a, o_b, L_b)[0], L_a + L_b
+    return _merged_o(o_a, L_a, o_b, L_b), L_a + L_b
 
 
 def lse_max(o_a, L_a, o_b, L_b):
-    return _ref("26.2", "merge_lse")(o_a, L_a, o_b, L_b)[0], torch.maximum(L_a, L_b)
+    return _merged_o(o_a, L_a, o_b, L_b), torch.maximum(L_a, L_b)
 
 
 def lse_naive(o_a, L_a, o_b, L_b):
@@ -458,7 +571,7 @@ def lse_undivided(o_a, L_a, o_b, L_b):
 
 
 def lse_output_only(o_a, L_a, o_b, L_b):
-    return _ref("26.2", "merge_lse")(o_a, L_a, o_b, L_b)[0]
+    return _merged_o(o_a, L_a, o_b, L_b)
 
 
 # --- 26.3 ---
@@ -477,6 +590,11 @@ def tiles_without_diagonal(T, b_q, b_k):
     return R * (R - 1) // 2
 
 
+def tiles_square_query_blocks(T, b_q, b_k):
+    R = -(-T // b_q)
+    return R * (R + 1) // 2
+
+
 def tiles_square_formula(T, b_q, b_k):
     R = -(-T // b_k)
     return R * (R + 1) // 2
@@ -493,6 +611,10 @@ def threshold_log2(dtype):
     return math.log2(torch.finfo(dtype).max)
 
 
+def threshold_log10(dtype):
+    return math.log10(torch.finfo(dtype).max)
+
+
 def threshold_fp32(dtype):
     return math.log(torch.finfo(torch.float32).max)
 
@@ -501,12 +623,16 @@ def threshold_max(dtype):
     return torch.finfo(dtype).max
 
 
+def _threshold(dtype):
+    return math.log(torch.finfo(dtype).max)
+
+
 def softmax_raw(s):
     return torch.exp(s) / torch.exp(s).sum(-1, keepdim=True)
 
 
 def softmax_mean_shift(s):
-    e = torch.exp(s - s.float().mean(-1, keepdim=True).half())
+    e = torch.exp(s - s.float().mean(-1, keepdim=True).to(s.dtype))
     return e / e.sum(-1, keepdim=True)
 
 
@@ -515,24 +641,64 @@ def softmax_unnormalised(s):
 
 
 def softmax_first_axis(s):
-    return torch.softmax(s.float(), dim=0).half()
+    return torch.softmax(s.double(), dim=0).to(s.dtype)
 
 
 def softmax_float64(s):
     return torch.softmax(s.double(), dim=-1)
 
 
-_THRESHOLD, _SOFTMAX = _ref("26.4", "overflow_threshold"), _ref("26.4", "stable_softmax")
+def _softmax(s):
+    return torch.softmax(s.float(), dim=-1).to(s.dtype)
+
+
+# --- 26.5 ---
+
+
+def predict_exact():
+    return N_ONES
+
+
+def predict_overflow():
+    return math.inf
+
+
+def predict_largest():
+    return float(np.finfo(np.float16).max)
+
+
+# --- 26.6 ---
+
+
+def sweep_not_causal(T, d, sizes):
+    return [(_products(T, b, causal=False), _largest(T, d, b)) for b in sizes]
+
+
+def sweep_tiles(T, d, sizes):
+    return [(_products(T, b) // 2, _largest(T, d, b)) for b in sizes]
+
+
+def sweep_float64(T, d, sizes):
+    return [(_products(T, b), _largest(T, d, b, itemsize=8)) for b in sizes]
+
+
+def sweep_scores_only(T, d, sizes):
+    return [(_products(T, b), _largest(T, d, b, scores_only=True)) for b in sizes]
+
+
+def sweep_one_pair(T, d, sizes):
+    return (_products(T, sizes[0]), _largest(T, d, sizes[0]))
+
 
 MISTAKES = {
     "26.1": [
-        ((states_unscaled, _TREE), "not divided by sqrt(d)"),
-        ((states_normalised, _TREE), "acc is normalised"),
-        ((states_unshifted, _TREE), "plain sum of e^s"),
-        ((states_with_probabilities, _TREE), "should be a triple"),
-        ((_STATES, tree_no_rescale), "without rescaling"),
-        ((_STATES, tree_average), "equal weights"),
-        ((_STATES, tree_unnormalised), "unnormalised numerator"),
+        ((states_unscaled, _merge_tree), "not divided by sqrt(d)"),
+        ((states_normalised, _merge_tree), "acc is normalised"),
+        ((states_unshifted, _merge_tree), "plain sum of e^s"),
+        ((states_with_probabilities, _merge_tree), "should be a triple"),
+        ((_worker_states, tree_no_rescale), "without rescaling"),
+        ((_worker_states, tree_average), "equal weights"),
+        ((_worker_states, tree_unnormalised), "unnormalised numerator"),
     ],
     "26.2": [
         (lse_add, "multiplies the two sums"),
@@ -547,17 +713,31 @@ MISTAKES = {
         (tiles_all, "that is every tile"),
         (tiles_floor, "the last, shorter"),
         (tiles_without_diagonal, "the diagonal tile too"),
+        (tiles_square_query_blocks, "square-block count R(R + 1)/2;"),
         (tiles_square_formula, "square-block count"),
         (tiles_not_cut, "not cut at T"),
     ],
     "26.4": [
-        ((threshold_log2, _SOFTMAX), "log2"),
-        ((threshold_fp32, _SOFTMAX), "float32's threshold"),
-        ((threshold_max, _SOFTMAX), "largest finite value itself"),
-        ((_THRESHOLD, softmax_raw), "subtract the row maximum"),
-        ((_THRESHOLD, softmax_mean_shift), "subtract the row maximum"),
-        ((_THRESHOLD, softmax_unnormalised), "not normalised"),
-        ((_THRESHOLD, softmax_first_axis), "first axis"),
-        ((_THRESHOLD, softmax_float64), "should be a float16 tensor"),
+        ((threshold_log2, _softmax), "log2"),
+        ((threshold_log10, _softmax), "log10"),
+        ((threshold_fp32, _softmax), "float32's threshold"),
+        ((threshold_max, _softmax), "largest finite value itself"),
+        ((_threshold, softmax_raw), "subtract the row maximum"),
+        ((_threshold, softmax_mean_shift), "subtract the row maximum"),
+        ((_threshold, softmax_unnormalised), "not normalised"),
+        ((_threshold, softmax_first_axis), "first axis"),
+        ((_threshold, softmax_float64), "should be a float16 tensor"),
+    ],
+    "26.5": [
+        (predict_exact, "assumes exact arithmetic"),
+        (predict_overflow, "overflows only beyond 65,504"),
+        (predict_largest, "the largest float16"),
+    ],
+    "26.6": [
+        (sweep_not_causal, "causal=True"),
+        (sweep_tiles, "two matrix products"),
+        (sweep_float64, "float64 bytes"),
+        (sweep_scores_only, "tile of scores alone"),
+        (sweep_one_pair, "a list of 5 pairs"),
     ],
 }
