@@ -25,6 +25,8 @@ def render(path) -> tuple[str, str]:
     nb = json.loads(path.read_text(encoding="utf-8"))
     badge = f"[![Open In Colab]({COLAB_BADGE_IMG})]({colab_url(rel)})"
     student = student_notebook(nb, path.name, badge=badge)
+    for cell in student["cells"]:  # run timestamps of the chapter: not part of the student copy
+        cell.get("metadata", {}).pop("execution", None)
     return rel, json.dumps(student, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
