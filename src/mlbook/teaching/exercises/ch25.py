@@ -702,7 +702,7 @@ def _selection(w_k, w_v, H, G, group):
     return w_dkv, w_uk, w_uv
 
 
-def _as_mla(w_k, w_v, H, G):
+def _mla_from(w_k, w_v, H, G):
     return _selection(w_k, w_v, H, G, [h * G // H for h in range(H)])
 
 
@@ -711,7 +711,7 @@ def as_mla_interleaved(w_k, w_v, H, G):
 
 
 def as_mla_swapped(w_k, w_v, H, G):
-    w_dkv, w_uk, w_uv = _as_mla(w_k, w_v, H, G)
+    w_dkv, w_uk, w_uv = _mla_from(w_k, w_v, H, G)
     return w_dkv, w_uv, w_uk
 
 
@@ -720,11 +720,11 @@ def as_mla_integer_groups(w_k, w_v, H, G):
 
 
 def as_mla_float32(w_k, w_v, H, G):
-    return tuple(t.float() for t in _as_mla(w_k, w_v, H, G))
+    return tuple(t.float() for t in _mla_from(w_k, w_v, H, G))
 
 
 def as_mla_pair(w_k, w_v, H, G):
-    return _as_mla(w_k, w_v, H, G)[1:]
+    return _mla_from(w_k, w_v, H, G)[1:]
 
 
 # --- 25.5 ---
