@@ -68,6 +68,8 @@ __all__ = [
     "mistakes",
     "reference_answers",
     "reference_answer",
+    "wrong_values",
+    "paired_mistakes",
 ]
 
 _ID_RE = re.compile(r"^([1-9]\d*)\.([1-9]\d*)$")
@@ -369,3 +371,17 @@ def expect_answer(
         f"{what} is off by {fmt(float(diff[i]), 3)}{where}: "
         f"expected {fmt(expected)}, got {fmt(actual)}"
     )
+
+
+def wrong_values(mistakes, *args) -> dict:
+    """``{feedback: wrong(*args)}`` for a ``MISTAKES``-style list of ``(wrong, feedback)``: the
+    values :func:`expect_answer` compares an answer with, to name the mistake."""
+    return {feedback: wrong(*args) for wrong, feedback in mistakes}
+
+
+def paired_mistakes(first, second, mistakes_first, mistakes_second) -> list:
+    """``MISTAKES`` entries of a two-function exercise: each wrong first answer beside the right
+    second one, then the right first answer beside each wrong second one."""
+    return [((wrong, second), feedback) for wrong, feedback in mistakes_first] + [
+        ((first, wrong), feedback) for wrong, feedback in mistakes_second
+    ]

@@ -17,14 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from ..check import fmt
-from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer
+from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer, wrong_values
 
 F64 = torch.float64
-
-
-def _named(mistakes, *args) -> dict:
-    """{feedback: the wrong answer at ``args``} for the mistakes a check names."""
-    return {feedback: wrong(*args) for wrong, feedback in mistakes}
 
 
 def _logit_cases() -> list[torch.Tensor]:
@@ -91,7 +86,7 @@ def entropy_slope(answer) -> str:
                 attempt(answer, z.clone(), T),
                 _slope_autograd(z, T),
                 f"entropy_slope(z, T={T})",
-                wrong=_named(WRONG_12_1, z, T),
+                wrong=wrong_values(WRONG_12_1, z, T),
                 atol=1e-10,
                 rtol=1e-8,
             )
@@ -134,7 +129,7 @@ def two_class_cross_entropy(answer) -> str:
         attempt(answer, a.clone(), y.clone()),
         _bce_reference(a, y),
         "two_class_cross_entropy(a, y) for a in [-50, 50] (float32)",
-        wrong=_named(WRONG_12_2, a, y),
+        wrong=wrong_values(WRONG_12_2, a, y),
         atol=1e-4,
         rtol=1e-4,
     )
@@ -192,7 +187,7 @@ def log_softmax_jacobian(answer) -> str:
             attempt(answer, z.clone()),
             _log_softmax_jacobian(z),
             f"log_softmax_jacobian(z) for K = {z.numel()}",
-            wrong=_named(WRONG_12_3, z),
+            wrong=wrong_values(WRONG_12_3, z),
             atol=1e-10,
             rtol=1e-8,
         )
@@ -323,7 +318,7 @@ def smoothed_cross_entropy(answer) -> str:
             attempt(answer, z.clone(), y.clone(), eps),
             _smoothed_reference(z, y, eps),
             what,
-            wrong=_named(WRONG_12_5, z, y, eps),
+            wrong=wrong_values(WRONG_12_5, z, y, eps),
             atol=1e-5,
             rtol=1e-5,
         )
@@ -407,7 +402,7 @@ def half_softmax_errors(answer) -> str:
             attempt(answer, list(Ks), spread),
             want,
             f"half_softmax_errors(Ks, spread={spread:g}) for K = 2^12 to 2^18",
-            wrong=_named(WRONG_12_6, Ks, spread),
+            wrong=wrong_values(WRONG_12_6, Ks, spread),
             atol=1e-7,
             rtol=0.05,
         )

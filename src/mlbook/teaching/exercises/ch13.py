@@ -32,15 +32,11 @@ from . import (
     expect_answer,
     expect_tuple,
     is_close,
+    wrong_values,
 )
 from . import reference_answer as _ref
 
 F64 = torch.float64
-
-
-def _named(mistakes, *args) -> dict:
-    """{feedback: the wrong answer at ``args``} for the mistakes a check names."""
-    return {feedback: wrong(*args) for wrong, feedback in mistakes}
 
 
 def _expect_lazily(got, want, what, wrong, *, atol, rtol):
@@ -139,7 +135,7 @@ def pinball(loss, minimiser) -> str:
             attempt(loss, r.clone(), tau),
             (tau - (r < 0).to(F64)) * r,  # (τ - 1[r < 0]) r
             f"pinball_loss(r, tau={tau}), r of shape (4, 26)",
-            wrong=_named(WRONG_13_1_LOSS, r, tau),
+            wrong=wrong_values(WRONG_13_1_LOSS, r, tau),
             atol=1e-12,
             rtol=1e-10,
         )
@@ -157,7 +153,7 @@ def pinball(loss, minimiser) -> str:
                 attempt(minimiser, y.clone(), tau),
                 _quantile(y, tau),
                 f"pinball_minimiser(y, tau={tau}) for N = {len(y)}",
-                wrong=_named(WRONG_13_1_MINIMISER, y, tau),
+                wrong=wrong_values(WRONG_13_1_MINIMISER, y, tau),
                 atol=1e-12,
                 rtol=0,
             )
@@ -247,7 +243,7 @@ def focal_grad(answer) -> str:
             attempt(answer, z.clone(), y.clone(), gamma, alpha),
             _focal_autograd(z, y, gamma, alpha),
             f"focal_grad(z, y, gamma={gamma}, alpha={alpha})",
-            wrong=_named(WRONG_13_2, z, y, gamma, alpha),
+            wrong=wrong_values(WRONG_13_2, z, y, gamma, alpha),
             atol=1e-12,
             rtol=1e-9,
         )
@@ -393,7 +389,7 @@ def distillation(student_grad, distil) -> str:
             attempt(student_grad, z.clone(), v.clone(), y.clone(), lam, T),
             _kd_autograd(z, v, y, lam, T),
             f"student_grad(z, v, y, lam={lam}, T={T}) for B = {B}, K = {K}",
-            wrong=_named(WRONG_13_3_GRAD, z, v, y, lam, T),
+            wrong=wrong_values(WRONG_13_3_GRAD, z, v, y, lam, T),
             atol=1e-10,
             rtol=1e-8,
         )
@@ -408,7 +404,7 @@ def distillation(student_grad, distil) -> str:
             attempt(distil, v.clone(), T, lr, steps),
             path[steps],
             f"distil(v, T={T}, lr={lr}, steps={steps})",
-            lambda T=T, lr=lr, steps=steps: _named(WRONG_13_3_DISTIL, v, T, lr, steps),
+            lambda T=T, lr=lr, steps=steps: wrong_values(WRONG_13_3_DISTIL, v, T, lr, steps),
             atol=1e-9,
             rtol=1e-8,
         )
@@ -573,7 +569,7 @@ def forward_reverse(moments, profile) -> str:
             attempt(profile, x.clone(), log_p.clone(), mus.clone(), sigmas.clone()),
             _kl_tables(x, log_p, mus, sigmas)[0].min(dim=0).values,
             f"reverse_kl_profile for the mixture with weights {w}",
-            wrong=_named(WRONG_13_4_PROFILE, x, log_p, mus, sigmas),
+            wrong=wrong_values(WRONG_13_4_PROFILE, x, log_p, mus, sigmas),
             atol=1e-9,
             rtol=1e-9,
         )
@@ -740,7 +736,7 @@ def bce_pos_weight(answer) -> str:
             attempt(answer, z.clone(), y.clone(), w),
             _pos_weight_reference(z, y, w),
             f"bce_pos_weight(z, y, w={w}), {what}",
-            wrong=_named(WRONG_13_6, z, y, w),
+            wrong=wrong_values(WRONG_13_6, z, y, w),
             atol=1e-4,
             rtol=1e-5,
         )

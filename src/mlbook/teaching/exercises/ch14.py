@@ -21,15 +21,10 @@ import torch.nn.functional as F
 
 from ...nn import mlp
 from ..check import fmt
-from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer, is_close
+from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer, is_close, wrong_values
 from . import reference_answer as _ref
 
 F64 = torch.float64
-
-
-def _named(mistakes, *args) -> dict:
-    """{feedback: the wrong answer at ``args``} for the mistakes a check names."""
-    return {feedback: wrong(*args) for wrong, feedback in mistakes}
 
 
 def _expect_lazily(got, want, what, wrong, *, atol, rtol):
@@ -116,7 +111,7 @@ def input_grad(answer) -> str:
             attempt(answer, {k: v.clone() for k, v in p.items()}, X.clone(), y.clone()),
             _input_grad_autograd(p, X, y),
             f"input_grad(params, X, y) for B, D, H, K = {B}, {D}, {H}, {K}",
-            wrong=_named(WRONG_14_1, p, X, y),
+            wrong=wrong_values(WRONG_14_1, p, X, y),
             atol=1e-12,
             rtol=1e-9,
         )
@@ -401,7 +396,7 @@ def gain(predicted, measured) -> str:
                 attempt(predicted, list(widths), scheme),
                 _gain(widths, scheme),
                 f"predicted_gain({name}, {scheme!r})",
-                wrong=_named(WRONG_14_3_PREDICTED, widths, scheme),
+                wrong=wrong_values(WRONG_14_3_PREDICTED, widths, scheme),
                 atol=0,
                 rtol=1e-9,
             )
@@ -541,7 +536,7 @@ def pieces(answer) -> str:
     ]
     for p in built:
         n = _exact_pieces(p, lo, hi)
-        named = {fb: v for fb, v in _named(WRONG_14_4_BUILT, p, lo, hi).items() if v != n}
+        named = {fb: v for fb, v in wrong_values(WRONG_14_4_BUILT, p, lo, hi).items() if v != n}
         expect_answer(
             _count(answer, p, lo, hi, "predicted_pieces(params, -2, 5)"),
             n,
@@ -755,7 +750,7 @@ def deep_loss_and_grads(answer) -> str:
             what,
             wrong={
                 fb: _flat_deep(loss, [t for pair in grads for t in pair])
-                for fb, (loss, grads) in _named(WRONG_14_6, layers, X, y).items()
+                for fb, (loss, grads) in wrong_values(WRONG_14_6, layers, X, y).items()
             },
             atol=1e-12,
             rtol=1e-9,

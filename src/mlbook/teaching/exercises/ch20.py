@@ -24,15 +24,10 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ...attention import head_taxonomy as ht
 from ...attention import multihead as mh
-from . import Incorrect, as_tensor, attempt, exercise, expect_answer
+from . import Incorrect, as_tensor, attempt, exercise, expect_answer, paired_mistakes, wrong_values
 from . import reference_answer as _ref
 
 F64 = torch.float64
-
-
-def _wrong(mistakes, *args) -> dict:
-    """{feedback: the wrong answer on these arguments} for a list of (function, feedback)."""
-    return {feedback: wrong(*args) for wrong, feedback in mistakes}
 
 
 def _module(d: int, H: int, seed: int, **kwargs) -> mh.MultiHeadAttention:
@@ -118,7 +113,7 @@ def heads_cost(mha_multiply_adds, softmax_exponentials) -> str:
             attempt(mha_multiply_adds, B, T, d, H),
             macs,
             f"mha_multiply_adds{what}",
-            wrong=_wrong(_MACS_WRONG, B, T, d, H),
+            wrong=wrong_values(_MACS_WRONG, B, T, d, H),
             atol=0.0,
             rtol=0.0,
         )
@@ -126,7 +121,7 @@ def heads_cost(mha_multiply_adds, softmax_exponentials) -> str:
             attempt(softmax_exponentials, B, T, d, H),
             exps,
             f"softmax_exponentials{what}",
-            wrong=_wrong(_EXPS_WRONG, B, T, d, H),
+            wrong=wrong_values(_EXPS_WRONG, B, T, d, H),
             atol=0.0,
             rtol=0.0,
         )
@@ -223,7 +218,7 @@ def cross_cost(cross_attention_parameters, cross_attention_multiply_adds) -> str
             attempt(cross_attention_parameters, d, d_kv),
             sum(p.numel() for p in m.parameters()),
             f"cross_attention_parameters(d={d}, d_kv={d_kv})",
-            wrong=_wrong(_PARAMS_WRONG, d, d_kv),
+            wrong=wrong_values(_PARAMS_WRONG, d, d_kv),
             atol=0.0,
             rtol=0.0,
         )
@@ -234,7 +229,7 @@ def cross_cost(cross_attention_parameters, cross_attention_multiply_adds) -> str
             attempt(cross_attention_multiply_adds, B, T_q, T_k, d, d_kv),
             macs,
             f"cross_attention_multiply_adds(B={B}, T_q={T_q}, T_k={T_k}, d={d}, d_kv={d_kv})",
-            wrong=_wrong(_CROSS_WRONG, B, T_q, T_k, d, d_kv),
+            wrong=wrong_values(_CROSS_WRONG, B, T_q, T_k, d, d_kv),
             atol=0.0,
             rtol=0.0,
         )
@@ -425,7 +420,7 @@ def thresholds(class_counts, threshold_sensitive) -> str:
             attempt(class_counts, _clone(scores), tau),
             _counts(_classify(scores, tau)),
             f"class_counts(scores, tau_mass={tau}) for 20 heads",
-            wrong=_wrong(_COUNTS_WRONG, scores, tau),
+            wrong=wrong_values(_COUNTS_WRONG, scores, tau),
             atol=0.0,
             rtol=0.0,
         )
@@ -434,7 +429,7 @@ def thresholds(class_counts, threshold_sensitive) -> str:
             attempt(threshold_sensitive, _clone(scores), lo, hi),
             _sensitive(scores, lo, hi),
             f"threshold_sensitive(scores, {lo}, {hi}) for 20 heads",
-            wrong=_wrong(_SENSITIVE_WRONG, scores, lo, hi),
+            wrong=wrong_values(_SENSITIVE_WRONG, scores, lo, hi),
             atol=0.0,
             rtol=0.0,
         )
@@ -557,7 +552,7 @@ def head_ranks(head_forms, form_ranks) -> str:
             attempt(head_forms, W_Q.clone(), W_K.clone(), H),
             q @ k.transpose(-2, -1),  # (H, d, d)
             f"head_forms(W_Q, W_K, num_heads={H}) for d = {d}",
-            wrong=_wrong(_FORMS_WRONG, W_Q, W_K, H),
+            wrong=wrong_values(_FORMS_WRONG, W_Q, W_K, H),
             atol=1e-12,
             rtol=1e-10,
         )
@@ -583,7 +578,7 @@ def head_ranks(head_forms, form_ranks) -> str:
             attempt(form_ranks, forms.clone()),
             torch.tensor(ranks + [total], dtype=F64),
             f"form_ranks(forms) for {label}",
-            wrong=_wrong(_RANKS_WRONG, forms),
+            wrong=wrong_values(_RANKS_WRONG, forms),
             atol=0.0,
             rtol=0.0,
         )
@@ -721,7 +716,7 @@ def mha_from_scratch(mha_forward) -> str:
             _torch_mha(*args),
             f"mha_forward(x, W_Q, W_K, W_V, W_O, num_heads={H}, causal={causal}) for x of shape "
             f"{(B, T, d)}",
-            wrong=_wrong(_MHA_WRONG, *args),
+            wrong=wrong_values(_MHA_WRONG, *args),
             atol=1e-10,
             rtol=1e-10,
         )
@@ -788,12 +783,6 @@ def causal_flops(predict_causal_flop_ratio) -> str:
 # Typical wrong answers (the tests build each and check that it is rejected with its feedback)
 
 
-def _pairs(first, second, mistakes_first, mistakes_second):
-    return [((wrong, second), feedback) for wrong, feedback in mistakes_first] + [
-        ((first, wrong), feedback) for wrong, feedback in mistakes_second
-    ]
-
-
 def predict_skipped_half():
     return _skipped_ratio()
 
@@ -803,25 +792,25 @@ def predict_half():
 
 
 MISTAKES = {
-    "20.1": _pairs(
+    "20.1": paired_mistakes(
         _ref("20.1", "mha_multiply_adds"),
         _ref("20.1", "softmax_exponentials"),
         _MACS_WRONG,
         _EXPS_WRONG,
     ),
-    "20.2": _pairs(
+    "20.2": paired_mistakes(
         _ref("20.2", "cross_attention_parameters"),
         _ref("20.2", "cross_attention_multiply_adds"),
         _PARAMS_WRONG,
         _CROSS_WRONG,
     ),
-    "20.3": _pairs(
+    "20.3": paired_mistakes(
         _ref("20.3", "class_counts"),
         _ref("20.3", "threshold_sensitive"),
         _COUNTS_WRONG,
         _SENSITIVE_WRONG,
     ),
-    "20.4": _pairs(
+    "20.4": paired_mistakes(
         _ref("20.4", "head_forms"), _ref("20.4", "form_ranks"), _FORMS_WRONG, _RANKS_WRONG
     ),
     "20.5": list(_MHA_WRONG),

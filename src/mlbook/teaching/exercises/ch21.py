@@ -19,15 +19,19 @@ import math
 import numpy as np
 import torch
 
-from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer
+from . import (
+    Incorrect,
+    as_tensor,
+    attempt,
+    exercise,
+    expect,
+    expect_answer,
+    paired_mistakes,
+    wrong_values,
+)
 from . import reference_answer as _ref
 
 F64 = torch.float64
-
-
-def _wrong(mistakes, *args) -> dict:
-    """{feedback: the wrong answer on these arguments} for a list of (function, feedback)."""
-    return {feedback: wrong(*args) for wrong, feedback in mistakes}
 
 
 def _ladder(d: int, base: float) -> np.ndarray:
@@ -113,7 +117,7 @@ def partial_rope_kernel(answer) -> str:
             attempt(answer, distances.clone(), d_c, d_r, base),
             _trace_kernel(dist, d_c, d_r, base),
             f"partial_rope_kernel(Δ, d_c={d_c}, d_r={d_r}, base={base:g})",
-            wrong=_wrong(_KERNEL_WRONG, distances, d_c, d_r, base),
+            wrong=wrong_values(_KERNEL_WRONG, distances, d_c, d_r, base),
             atol=1e-12,
             rtol=1e-10,
         )
@@ -186,7 +190,7 @@ def lookback_matrix(answer) -> str:
             attempt(answer, k, d, base),
             _fit_lookback(k, d, base, rng),
             f"lookback_matrix(k={k}, d={d}, base={base:g})",
-            wrong=_wrong(_LOOKBACK_WRONG, k, d, base),
+            wrong=wrong_values(_LOOKBACK_WRONG, k, d, base),
             atol=1e-8,
             rtol=1e-8,
         )
@@ -297,7 +301,7 @@ def alibi_forms(symmetric, gap) -> str:
             attempt(symmetric, slopes.clone(), T),
             sym_ref,
             f"symmetric_alibi_bias(slopes, T={T}) with H = {H}",
-            wrong=_wrong(_SYMMETRIC_WRONG, slopes, T),
+            wrong=wrong_values(_SYMMETRIC_WRONG, slopes, T),
             atol=1e-12,
             rtol=1e-12,
         )
@@ -305,7 +309,7 @@ def alibi_forms(symmetric, gap) -> str:
             attempt(gap, slopes.clone(), T),
             key_ref - sym_ref,
             f"alibi_form_gap(slopes, T={T}) with H = {H}",
-            wrong=_wrong(_GAP_WRONG, slopes, T),
+            wrong=wrong_values(_GAP_WRONG, slopes, T),
             atol=1e-12,
             rtol=1e-12,
         )
@@ -487,7 +491,7 @@ def rope_interleaved(answer) -> str:
             attempt(answer, x.clone(), positions.clone(), base),
             want,
             f"rope_interleaved(x, positions, base={base:g}) for x of shape {shape}",
-            wrong=_wrong(_ROPE_WRONG, x, positions, base),
+            wrong=wrong_values(_ROPE_WRONG, x, positions, base),
             atol=1e-10,
             rtol=1e-10,
         )
@@ -583,7 +587,7 @@ def half_distances(answer) -> str:
         got,
         want,
         "half_distances(widths=[32, 64, 128, 256], bases=[1e2, 1e4, 5e5, 1e6])",
-        wrong=_wrong(_HALVES_WRONG, _EXPLORE_WIDTHS, _EXPLORE_BASES),
+        wrong=wrong_values(_HALVES_WRONG, _EXPLORE_WIDTHS, _EXPLORE_BASES),
         atol=0.0,
         rtol=0.0,
     )
@@ -608,16 +612,10 @@ def predict_shortest_wavelength():
     return 6
 
 
-def _pairs(first, second, mistakes_first, mistakes_second):
-    return [((wrong, second), feedback) for wrong, feedback in mistakes_first] + [
-        ((first, wrong), feedback) for wrong, feedback in mistakes_second
-    ]
-
-
 MISTAKES = {
     "21.1": list(_KERNEL_WRONG),
     "21.2": list(_LOOKBACK_WRONG),
-    "21.3": _pairs(
+    "21.3": paired_mistakes(
         _ref("21.3", "symmetric_alibi_bias"),
         _ref("21.3", "alibi_form_gap"),
         _SYMMETRIC_WRONG,

@@ -25,15 +25,19 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ...models import decoder
 from ...models.config import DecoderConfig
-from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer
+from . import (
+    Incorrect,
+    as_tensor,
+    attempt,
+    exercise,
+    expect,
+    expect_answer,
+    paired_mistakes,
+    wrong_values,
+)
 from . import reference_answer as _ref
 
 F64 = torch.float64
-
-
-def _wrong(mistakes, *args) -> dict:
-    """{feedback: the wrong answer on these arguments} for a list of (function, feedback)."""
-    return {feedback: wrong(*args) for wrong, feedback in mistakes}
 
 
 # --- 22.1: the parameters of a GPT-2 block -------------------------------------------------------
@@ -99,7 +103,7 @@ def gpt2_block_parameters(answer) -> str:
             attempt(answer, d, h),
             _gpt2_block_numel(d, h),
             f"gpt2_block_parameters({d}, {h})",
-            wrong=_wrong(_GPT2_WRONG, d, h),
+            wrong=wrong_values(_GPT2_WRONG, d, h),
             atol=0.5,
             rtol=0,
         )
@@ -172,7 +176,7 @@ def break_even_context(answer) -> str:
             attempt(answer, d, h),
             _measured_break_even(d, h),
             f"break_even_context({d}, {h})",
-            wrong=_wrong(_BREAK_EVEN_WRONG, d, h),
+            wrong=wrong_values(_BREAK_EVEN_WRONG, d, h),
             atol=1e-9,
             rtol=1e-12,
         )
@@ -337,7 +341,7 @@ def zeroed_blocks(zero, post_formula) -> str:
             attempt(post_formula, xs.clone(), g_attn.clone(), g_ffn.clone(), eps),
             want,
             f"zeroed_post_norm(x, g_attn, g_ffn, eps={eps:g}) for d = {d}",
-            wrong=_wrong(_POST_WRONG, xs, g_attn, g_ffn, eps),
+            wrong=wrong_values(_POST_WRONG, xs, g_attn, g_ffn, eps),
             atol=1e-12,
             rtol=1e-10,
         )
@@ -531,7 +535,7 @@ def prenorm_block(answer) -> str:
             _llama_reference(*args),
             f"prenorm_block(x, p, n_heads={H}, eps={eps:g}, base={base:g}) for x of shape "
             f"{(B, T, d)}",
-            wrong=_wrong(_BLOCK_WRONG, *args),
+            wrong=wrong_values(_BLOCK_WRONG, *args),
             atol=1e-10,
             rtol=1e-10,
         )
@@ -663,7 +667,7 @@ def flop_ratios(answer) -> str:
         attempt(answer, *args),
         want,
         "flop_ratios(d_model=32, n_layers=2, vocab_sizes=[64, 512, 2048], seq_lens=[8, 32, 128])",
-        wrong=_wrong(_RATIOS_WRONG, *args),
+        wrong=wrong_values(_RATIOS_WRONG, *args),
         atol=1e-9,
         rtol=1e-9,
     )
@@ -677,12 +681,6 @@ def flop_ratios(answer) -> str:
 # Typical wrong answers (the tests build each and check that it is rejected with its feedback)
 
 
-def _pairs(first, second, mistakes_first, mistakes_second):
-    return [((wrong, second), feedback) for wrong, feedback in mistakes_first] + [
-        ((first, wrong), feedback) for wrong, feedback in mistakes_second
-    ]
-
-
 def predict_six_nd():
     return 1.0
 
@@ -694,7 +692,7 @@ def predict_without_attention():
 MISTAKES = {
     "22.1": list(_GPT2_WRONG),
     "22.2": list(_BREAK_EVEN_WRONG),
-    "22.3": _pairs(
+    "22.3": paired_mistakes(
         _ref("22.3", "zero_output_projections"),
         _ref("22.3", "zeroed_post_norm"),
         _ZERO_WRONG
