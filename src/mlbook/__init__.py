@@ -13,6 +13,8 @@ One subpackage per part of the book, one module per concept inside it, named by 
                           kv_cache, mla, online_softmax, tiled, flash_triton (19–26)
     mlbook.architectures  moe, mixture_of_depths, linear_attention, ssm (27–32)
     mlbook.models         the book's one decoder-only language model (22–24, and all later)
+    mlbook.beyond         convolution, recurrent, graph, self_supervised (45–51)
+    mlbook.datasets       small real data sets that ship with the dependencies (digits)
     mlbook.teaching       checks, self-checking exercises, notebook setup, curriculum, assignments
     mlbook.viz            the book's plotting style and figure helpers
     mlbook.validation     the one module of argument checks (the rule below)
@@ -31,13 +33,27 @@ restate a check that torch already makes with a clear message. Each distinct che
 once, in ``mlbook.validation``, and reused.
 """
 
-from . import architectures, attention, foundations, language, models, nn, teaching, validation, viz
+from . import (
+    architectures,
+    attention,
+    beyond,
+    datasets,
+    foundations,
+    language,
+    models,
+    nn,
+    teaching,
+    validation,
+    viz,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "architectures",
     "attention",
+    "beyond",
+    "datasets",
     "foundations",
     "language",
     "models",

@@ -9,4 +9,5 @@ schedules       warmup, cosine and warmup-stable-decay learning-rate schedules (
 normalization   LayerNorm, RMSNorm, BatchNorm by hand; residual stacks (16)
 dropout         inverted dropout and its exact moments (16)
 precision       float formats, rounding, loss scaling, gradient accumulation (16)
+fit             a classifier trained with autograd; linear-probe and k-NN accuracy (30–48)
 """
