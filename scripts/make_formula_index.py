@@ -2,7 +2,9 @@
 
 Every equation of the sheets is rendered; where a notebook of the book carries its label
 `eq-N-k`, the entry links to that derivation with the `{eq}` role, and otherwise says that the
-chapter is not yet written. tests/test_book.py checks that the committed page is up to date:
+chapter is not yet written. The chapters beyond the sheets (45+) choose their own key equations;
+they follow under "Beyond the sheets", each equation as its chapter writes it.
+tests/test_book.py checks that the committed page is up to date:
 
     python scripts/make_formula_index.py           # rewrite the page
     python scripts/make_formula_index.py --check   # exit 1 if the page is stale
@@ -18,6 +20,8 @@ from booktools import ROOT, sheet, toc_notebooks
 
 OUT = ROOT / "appendix" / "e_formula_sheets.md"
 LABEL_RE = re.compile(r"\$\$\s*\((eq-[0-9A-Ca-c]+-\d+)\)")
+# a labelled display equation: its LaTeX (no $$ inside) and its label
+DISPLAY_RE = re.compile(r"\$\$((?:(?!\$\$).)*?)\$\$\s*\((eq-(\d+)-(\d+))\)", re.DOTALL)
 
 
 def labelled() -> dict[str, str]:
@@ -30,6 +34,36 @@ def labelled() -> dict[str, str]:
                 for label in LABEL_RE.findall("".join(cell["source"])):
                     found[label] = "../" + nb_path.relative_to(ROOT).as_posix()
     return found
+
+
+def beyond_the_sheets(numbers: set[int]) -> list[str]:
+    """Appendix E's lines for the chapters whose number the sheets do not have."""
+    lines = []
+    for nb_path in toc_notebooks():
+        m = re.match(r"(\d\d)_", nb_path.name)
+        if not m or int(m.group(1)) in numbers:
+            continue
+        nb = json.loads(nb_path.read_text(encoding="utf-8"))
+        cells = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"]
+        title = cells[0].splitlines()[0].lstrip("# ").strip()
+        found = sorted(
+            (int(k), label, latex.strip())
+            for cell in cells
+            for latex, label, n, k in DISPLAY_RE.findall(cell)
+            if int(n) == int(m.group(1))
+        )
+        if not lines:
+            lines += [
+                "## Beyond the sheets",
+                "",
+                "The chapters after 44 go beyond the sheets; each chooses its own key equations.",
+                "",
+            ]
+        link = f"[chapter {int(m.group(1))}](../{nb_path.relative_to(ROOT).as_posix()})"
+        lines += [f"### {title}", ""]
+        for _, label, latex in found:
+            lines += [f"{{eq}}`{label}` · derived in {link}", "", "$$", latex, "$$", ""]
+    return lines
 
 
 def render() -> str:
@@ -69,6 +103,9 @@ def render() -> str:
             else:
                 head = f"**({eq['id']})** · not yet written"
             lines += [head, "", "$$", eq["latex"], "$$", ""]
+    lines += beyond_the_sheets(
+        {int(ch["number"]) for ch in data["chapters"] if str(ch["number"]).isdigit()}
+    )
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -50,7 +50,7 @@ PARTS = {
     "Architectures (27–32)": range(27, 33),
     "Post-training (33–38)": range(33, 39),
     "Inference, systems and agents (39–44)": range(39, 45),
-    "Beyond the sheets (45+)": range(45, 100),
+    "Beyond the sheets (45–51)": range(45, 52),
     "Appendices": None,
     "For instructors": None,
 }

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parent.parent
 SITE = ROOT / "_build" / "html"
-PHONE, DESKTOP = 400, 1280
+PHONE = 400
 BROWSERS = 2
 PAGES = (
     sorted(
@@ -74,15 +74,20 @@ def _browser_or_skip():
         "--disable-dev-shm-usage",
         # offline: every host but localhost resolves to nothing
         "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE localhost",
-        f"--window-size={DESKTOP},900",
+        # a phone's width: the overflow and sidebar checks need it, the others do not mind, and
+        # one width means one layout per page (resizing re-lays out the whole page)
+        f"--window-size={PHONE},900",
     ):
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     service = webdriver.ChromeService(executable_path=driver)
+    opts.page_load_strategy = "eager"  # return at DOMContentLoaded; MathJax is awaited below
     return webdriver.Chrome(options=opts, service=service)
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: a page loads about 50 files
+
     def log_message(self, *args):
         pass
 
@@ -119,7 +124,7 @@ def browsers(server):
 class _Links(HTMLParser):
     def __init__(self):
         super().__init__()
-        self.hrefs, self.ids = [], set()
+        self.hrefs, self.ids, self.images = [], set(), []
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
@@ -127,6 +132,8 @@ class _Links(HTMLParser):
             self.ids.add(a["id"])
         if tag == "a" and a.get("href"):
             self.hrefs.append(a["href"])
+        if tag == "img" and a.get("src"):
+            self.images.append(a["src"])
 
 
 @functools.cache
@@ -134,6 +141,18 @@ def _parse(path: Path) -> _Links:
     p = _Links()
     p.feed(path.read_text(encoding="utf-8", errors="replace"))
     return p
+
+
+def missing_images(page: str, site: Path = SITE) -> list[str]:
+    """Local images of ``page`` whose file is missing or empty (the browser checks the others)."""
+    here = site / page
+    bad = []
+    for src in _parse(here).images:
+        if urlparse(src).scheme in ("", "file"):
+            target = (here.parent / unquote(urldefrag(src)[0])).resolve()
+            if not target.is_file() or target.stat().st_size == 0:
+                bad.append(src)
+    return bad
 
 
 def broken_links(page: str, site: Path = SITE) -> list[str]:
@@ -219,7 +238,6 @@ return open ? null : `sidebar stays closed (${where})`;
 
 def page_problems(driver, base: str, page: str, site: Path = SITE) -> dict[str, list[str]]:
     """What fails on one page of ``site`` served at ``base``, by check (only the failing ones)."""
-    driver.set_window_size(DESKTOP, 900)
     driver.get_log("browser")  # drop what earlier pages left
     driver.get_log("performance")
     driver.get(f"{base}/{page}")
@@ -243,20 +261,20 @@ def page_problems(driver, base: str, page: str, site: Path = SITE) -> dict[str, 
             url = msg["params"]["request"]["url"]
             if url.startswith("http") and urlparse(url).hostname not in ("localhost", "127.0.0.1"):
                 found["offline"].append(url[:120])
-    found["images"] = facts["broken_images"]
+    found["images"] = sorted(set(facts["broken_images"]) | set(missing_images(page, site)))
     found["links"] = broken_links(page, site)
     for ident, shown in facts["eqno"]:
         m = KEY_EQ_RE.match(ident)
         if m and shown != f"({m.group(1).upper()}.{m.group(2)})":
             found["eqno"].append(f"{ident} shows {shown or 'no number'}")
-    driver.set_window_size(PHONE, 900)
     scroll_w, client_w, wide = driver.execute_script(_OVERFLOW)
     if scroll_w > client_w + 1:
         found["overflow"].append(f"page is {scroll_w} px wide at {client_w} px: {wide}")
     problem = driver.execute_script(_SIDEBAR)
-    if problem is None:
-        time.sleep(0.4)  # the sidebar slides in
-        problem = driver.execute_script(_SIDEBAR_OPEN)
+    if problem is None:  # clicked: the sidebar slides in (about 0.3 s)
+        deadline = time.monotonic() + 2.0
+        while (problem := driver.execute_script(_SIDEBAR_OPEN)) and time.monotonic() < deadline:
+            time.sleep(0.05)
     if problem:
         found["sidebar"].append(problem)
     return {k: v for k, v in found.items() if v}
