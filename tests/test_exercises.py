@@ -23,7 +23,9 @@ from mlbook.teaching.exercises import (
     registered,
 )
 
-CHAPTERS = sorted((ROOT / "chapters").glob("[0-9]*.ipynb"))
+CHAPTERS = sorted((ROOT / "chapters").glob("[0-9]*.ipynb")) + sorted(
+    (ROOT / "appendix").glob("[a-c]_*.ipynb")
+)
 
 
 def notebook_ids(path):
@@ -37,7 +39,8 @@ ALL_IDS = [eid for p in CHAPTERS for eid in notebook_ids(p)]
 def test_each_chapter_exercise_has_a_registered_check(path):
     ids = notebook_ids(path)
     assert len(ids) >= 3, f"{path.name}: {len(ids)} exercises in the self-checking layout"
-    chapter = int(path.name.split("_")[0])
+    part = path.name.split("_")[0]
+    chapter = part.upper() if part.isalpha() else int(part)
     assert [e.id for e in registered(chapter)] == ids
 
 
@@ -106,6 +109,10 @@ def test_bad_calls_raise_clear_errors():
         evaluate(12.1)
     with pytest.raises(ValueError, match="no exercise 12.99"):
         evaluate("12.99", print)
+    with pytest.raises(ValueError, match="no exercise Z.1"):  # an appendix without exercises
+        evaluate("Z.1", print)
+    with pytest.raises(ValueError, match="looks like"):
+        evaluate("AB.1", print)
     with pytest.raises(TypeError, match="checks 1 function"):
         evaluate("12.1")
 

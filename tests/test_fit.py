@@ -34,11 +34,13 @@ def test_digits_split_is_stratified_disjoint_and_reproducible(data):
 
 
 def test_linear_probe_matches_scikit_learn_logistic_regression(data):
-    ztr, zte = data.x_train.flatten(1).double(), data.x_test.flatten(1).double()
-    ours = fit.linear_probe(ztr, data.y_train, zte, data.y_test, l2=1e-2, steps=200)
+    # 16 features (4 x 4 average-pooled pixels) keep the convex fit quick for both solvers
+    pool = lambda x: torch.nn.functional.avg_pool2d(x, 2).flatten(1).double()  # noqa: E731
+    ztr, zte = pool(data.x_train), pool(data.x_test)
+    ours = fit.linear_probe(ztr, data.y_train, zte, data.y_test, l2=1e-2, steps=100)
     sc = StandardScaler().fit(ztr.numpy())
     n = len(ztr)
-    ref = LogisticRegression(C=1.0 / (1e-2 * n), max_iter=2000, tol=1e-8)
+    ref = LogisticRegression(C=1.0 / (1e-2 * n), max_iter=1000, tol=1e-8)
     ref.fit(sc.transform(ztr.numpy()), data.y_train.numpy())
     theirs = ref.score(sc.transform(zte.numpy()), data.y_test.numpy())
     assert abs(ours - theirs) <= 2 / len(zte)  # the same convex optimum, up to a test row or two

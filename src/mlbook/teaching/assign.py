@@ -72,21 +72,27 @@ WRITTEN_STUB = "YOUR ANSWER HERE"
 #: the cell that reveals it; write the chapter's core algorithm; derive a result; an open-ended
 #: experiment. Every chapter has at least one Predict, one Implement and one Explore.
 TIERS = ("Predict", "Implement", "Derive", "Explore")
+_PART = r"(\d+|[A-Z])"  # a chapter number, or an appendix letter ("A.1")
 _EXERCISE_RE = re.compile(
-    r"^:::\{exercise\} (\d+)\.(\d+)(?: · (" + "|".join(TIERS) + r"))?\n"
-    r":label: ex-(\d+)-(\d+)\n:nonumber:\n"
+    r"^:::\{exercise\} " + _PART + r"\.(\d+)(?: · (" + "|".join(TIERS) + r"))?\n"
+    r":label: ex-" + _PART + r"-(\d+)\n:nonumber:\n"
     r"(.*?)\n:::\s*$",
     re.S,
 )
 _SOL_START_RE = re.compile(
-    r"^```\{solution-start\}\s+ex-(\d+)-(\d+)\s*\n:class: dropdown\s*\n```"
+    r"^```\{solution-start\}\s+ex-" + _PART + r"-(\d+)\s*\n:class: dropdown\s*\n```"
     r"\s*\n(.*)$",
     re.S,
 )
 _SOL_END_RE = re.compile(r"^```\{solution-end\}\s*\n```\s*$")
-_CHECK_RE = re.compile(r'^check_exercise\("(\d+\.\d+)"((?:,\s*[A-Za-z_]\w*)+)\)\s*$')
+_CHECK_RE = re.compile(r'^check_exercise\("((?:\d+|[A-Z])\.\d+)"((?:,\s*[A-Za-z_]\w*)+)\)\s*$')
 _CHAPTER_FILE_RE = re.compile(r"^(\d{2,})_[a-z0-9_]+\.ipynb$")
 _BADGE_RE = re.compile(r"^\[!\[Open In Colab\]\(.*$", re.M)
+
+
+def _eid(part: str, k: str) -> str:
+    """The exercise id "N.k" (or "A.k" in an appendix) from a directive's two numbers."""
+    return f"{part if part.isalpha() else int(part)}.{int(k)}"
 
 
 def _text(cell) -> str:
@@ -156,13 +162,13 @@ def find_exercises(nb: dict, where: str = "notebook") -> list[ExerciseCells]:
                 f"opens ':::{{exercise}} N.k · Tier', ':label: ex-N-k', ':nonumber:' "
                 f"(Tier one of {', '.join(TIERS)})"
             )
-        eid = f"{int(m.group(1))}.{int(m.group(2))}"
+        eid = _eid(m.group(1), m.group(2))
         here = f"{where}, exercise {eid}"
         j = i + 1
         if j >= len(cells) or cells[j]["cell_type"] != "markdown":
             raise ValueError(f"{here}: the task must be followed by a solution-start cell")
         s = _SOL_START_RE.match(_text(cells[j]).strip())
-        if not s or f"{int(s.group(1))}.{int(s.group(2))}" != eid:
+        if not s or _eid(s.group(1), s.group(2)) != eid:
             raise ValueError(
                 f"{here}: cell {j} must open with ```{{solution-start}} "
                 f"ex-{eid.replace('.', '-')}``` and ':class: dropdown'"

@@ -12,8 +12,8 @@ It prints one line:
     ○ exercise 12.1 — not attempted yet: ...                   the stub still raises
     ? exercise 12.1 — cannot check here: ...                   a package the check needs is missing
 
-The checks live in one module per chapter (``mlbook.teaching.exercises.ch12`` for ``"12.1"``),
-imported only when a check of that chapter runs. Each check is a small function, registered with
+The checks live in one module per chapter (``mlbook.teaching.exercises.ch12`` for ``"12.1"``;
+``appa`` for ``"A.1"`` of appendix A), imported only when a check of that chapter runs. Each check is a small function, registered with
 :func:`exercise`, that calls the reader's functions through :func:`attempt`, compares the results
 with an independent reference through :func:`expect_answer`, and raises :class:`Incorrect` with
 specific feedback. Before it gives the generic "off by ..." message, :func:`expect_answer` compares
@@ -72,7 +72,7 @@ __all__ = [
     "paired_mistakes",
 ]
 
-_ID_RE = re.compile(r"^([1-9]\d*)\.([1-9]\d*)$")
+_ID_RE = re.compile(r"^([1-9]\d*|[A-Z])\.([1-9]\d*)$")  # "12.1", or "A.1" in appendix A
 _REGISTRY: dict[str, Exercise] = {}
 _SYMBOLS = {"passed": "✓", "failed": "✗", "not attempted": "○", "unavailable": "?"}
 
@@ -94,9 +94,9 @@ class Exercise:
     check: Callable[..., str]
 
     @property
-    def chapter(self) -> int:
-        """The chapter number N of the id ``"N.k"``."""
-        return int(self.id.split(".")[0])
+    def chapter(self) -> int | str:
+        """The chapter number N of the id ``"N.k"`` (the letter of an appendix's ``"A.k"``)."""
+        return _parse_id(self.id)[0]
 
 
 @dataclass(frozen=True)
@@ -116,13 +116,22 @@ class Result:
         return f"{_SYMBOLS[self.status]} exercise {self.exercise} — {self.message}"
 
 
-def _parse_id(eid) -> tuple[int, int]:
+def _parse_id(eid) -> tuple[int | str, int]:
     if not isinstance(eid, str):
         raise TypeError(f"an exercise id is a string like '12.1', got {type(eid).__name__}")
     m = _ID_RE.match(eid)
     if not m:
-        raise ValueError(f"an exercise id looks like '12.1' (chapter.number), got {eid!r}")
-    return int(m.group(1)), int(m.group(2))
+        raise ValueError(
+            f"an exercise id looks like '12.1' (chapter.number) or 'A.1' (appendix), got {eid!r}"
+        )
+    part = m.group(1)
+    return (part if part.isalpha() else int(part)), int(m.group(2))
+
+
+def _order(eid: str) -> tuple:
+    """Chapters in number order, then the appendices in letter order."""
+    part, k = _parse_id(eid)
+    return (isinstance(part, str), part, k)
 
 
 def exercise(eid: str, *answers: str) -> Callable[[Callable[..., str]], Callable[..., str]]:
@@ -145,7 +154,9 @@ def exercise(eid: str, *answers: str) -> Callable[[Callable[..., str]], Callable
     return register
 
 
-def _chapter_module(chapter: int) -> str:
+def _chapter_module(chapter: int | str) -> str:
+    if isinstance(chapter, str):
+        return f"{__name__}.app{chapter.lower()}"
     return f"{__name__}.ch{chapter:02d}"
 
 
@@ -163,14 +174,15 @@ def _lookup(eid: str) -> Exercise:
     return _REGISTRY[eid]
 
 
-def registered(chapter: int | None = None) -> list[Exercise]:
-    """All registered exercises (of one chapter if given), sorted by chapter and number."""
+def registered(chapter: int | str | None = None) -> list[Exercise]:
+    """All registered exercises (of one chapter or appendix if given), in the book's order."""
     for mod in pkgutil.iter_modules(__path__):
-        m = re.fullmatch(r"ch(\d{2,})", mod.name)
-        if m and (chapter is None or int(m.group(1)) == chapter):
+        if re.fullmatch(r"ch\d{2,}|app[a-z]", mod.name) and (
+            chapter is None or f"{__name__}.{mod.name}" == _chapter_module(chapter)
+        ):
             importlib.import_module(f"{__name__}.{mod.name}")
     found = [e for e in _REGISTRY.values() if chapter is None or e.chapter == chapter]
-    return sorted(found, key=lambda e: _parse_id(e.id))
+    return sorted(found, key=lambda e: _order(e.id))
 
 
 def mistakes(eid: str) -> list[tuple[object, str]]:
@@ -189,10 +201,14 @@ def reference_answers(eid: str) -> dict[str, Callable]:
     from ..assign import load_answers
 
     ex = _lookup(eid)
-    chapters = Path(__file__).resolve().parents[4] / "chapters"
-    found = [p for p in chapters.glob("*.ipynb") if re.match(rf"^0*{ex.chapter}_", p.name)]
+    book = Path(__file__).resolve().parents[4]
+    if isinstance(ex.chapter, str):  # appendix A: appendix/a_slug.ipynb
+        folder, pattern = book / "appendix", rf"^{ex.chapter.lower()}_"
+    else:
+        folder, pattern = book / "chapters", rf"^0*{ex.chapter}_"
+    found = [p for p in folder.glob("*.ipynb") if re.match(pattern, p.name)]
     if len(found) != 1:
-        raise FileNotFoundError(f"chapter {ex.chapter}: expected one notebook in {chapters}")
+        raise FileNotFoundError(f"{ex.chapter}: expected one notebook in {folder}")
     answers = load_answers(found[0], eid)
     return {name: answers[name] for name in ex.answers}
 
