@@ -1,5 +1,7 @@
 """The shared classifier loop and feature probes against scikit-learn, and the digits split."""
 
+import copy
+
 import pytest
 import torch
 from sklearn.linear_model import LogisticRegression
@@ -57,13 +59,30 @@ def test_fit_classifier_learns_digits_and_is_seeded(data):
     def run():
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
-        losses = fit.fit_classifier(model, data.x_train, data.y_train, steps=150, lr=0.05)
+        losses = fit.fit_classifier(model, data.x_train, data.y_train, steps=100, lr=0.05)
         return model, losses
 
     model, losses = run()
     assert losses[-1] < losses[0] / 4
     assert fit.accuracy(model, data.x_test, data.y_test) > 0.9
     assert run()[1] == losses
+
+
+def test_fit_classifier_steps_are_torch_adamw(data):
+    torch.manual_seed(0)
+    ours = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10)).double()
+    theirs = copy.deepcopy(ours)
+    x, y = data.x_train.double(), data.y_train
+    fit.fit_classifier(ours, x, y, steps=20, lr=0.05, weight_decay=0.1, batch_size=64, seed=3)
+    opt = torch.optim.AdamW(theirs.parameters(), lr=0.05, weight_decay=0.1)
+    g = torch.Generator().manual_seed(3)
+    for _ in range(20):  # the same minibatches, drawn from the same seeded generator
+        idx = torch.randint(len(x), (64,), generator=g)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(theirs(x[idx]), y[idx]).backward()
+        opt.step()
+    for p, q in zip(ours.parameters(), theirs.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-10, atol=1e-12)
 
 
 def test_bad_arguments_are_named(data):

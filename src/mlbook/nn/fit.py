@@ -6,8 +6,10 @@ Shapes: x (N, ...) inputs, y (N,) class labels, z (N, D) features.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+from scipy.optimize import minimize
 
 from ..validation import (
     float_tensor,
@@ -18,6 +20,7 @@ from ..validation import (
     positive_int,
     shape_is,
 )
+from .optim import Optimizer, OptimizerConfig
 
 __all__ = ["fit_classifier", "accuracy", "linear_probe", "knn_accuracy"]
 
@@ -36,18 +39,20 @@ def fit_classifier(
     """Minimise the mean cross-entropy of ``model(x)`` against y with AdamW on random minibatches.
 
     model maps x (B, ...) to logits (B, K); the minibatches are drawn by a generator seeded with
-    ``seed``. Returns the loss of every step (the model is trained in place)."""
+    ``seed``. The update is the book's AdamW (eq. 15.4, :class:`~mlbook.nn.optim.Optimizer`),
+    equal to ``torch.optim.AdamW``. Returns the loss of every step (the model trains in place)."""
     nonempty(float_tensor(x, "x", min_ndim=2), "x")
     shape_is(index_tensor(y, "y"), "y", (len(x),))
     steps, batch_size = positive_int(steps, "steps"), positive_int(batch_size, "batch_size")
     g = torch.Generator().manual_seed(integer(seed, "seed", low=0))
-    opt = torch.optim.AdamW(model.parameters(), lr=positive(lr, "lr"), weight_decay=weight_decay)
+    config = OptimizerConfig("adamw", lr=positive(lr, "lr"), weight_decay=weight_decay)
+    opt = Optimizer([p for p in model.parameters() if p.requires_grad], config)
     model.train()
     losses = []
     for _ in range(steps):
         idx = torch.randint(len(x), (min(batch_size, len(x)),), generator=g)
         loss = F.cross_entropy(model(x[idx]), y[idx])
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(loss.item())
@@ -79,7 +84,7 @@ def linear_probe(
     """Test accuracy of a multinomial logistic regression fitted on frozen features.
 
     The features are standardised with the training rows' statistics; the convex loss
-    (mean cross-entropy + l2/2 ||W||^2) is minimised by L-BFGS in float64."""
+    (mean cross-entropy + l2/2 ||W||^2) is minimised by SciPy's L-BFGS in float64."""
     z_train = nonempty(float_tensor(z_train, "z_train", ndim=2), "z_train").double()
     z_test = float_tensor(z_test, "z_test", ndim=2).double()
     if z_test.shape[1] != z_train.shape[1]:
@@ -89,20 +94,20 @@ def linear_probe(
     mean, std = z_train.mean(0), z_train.std(0).clamp_min(1e-8)  # (D,)
     a, b = (z_train - mean) / std, (z_test - mean) / std
     k = int(max(y_train.max(), y_test.max())) + 1
-    w = torch.zeros(a.shape[1] + 1, k, dtype=torch.float64, requires_grad=True)  # bias row last
-    opt = torch.optim.LBFGS(
-        [w], max_iter=positive_int(steps, "steps"), line_search_fn="strong_wolfe"
-    )
+    shape = (a.shape[1] + 1, k)  # W (D, K) with the bias as its last row
 
-    def closure():
-        opt.zero_grad()
+    def loss_and_grad(flat: np.ndarray) -> tuple[float, np.ndarray]:
+        w = torch.from_numpy(flat).view(shape).requires_grad_(True)
         loss = F.cross_entropy(a @ w[:-1] + w[-1], y_train) + 0.5 * l2 * (w[:-1] ** 2).sum()
         loss.backward()
-        return loss
+        return loss.item(), w.grad.numpy().ravel()
 
-    opt.step(closure)
-    with torch.no_grad():
-        return float(((b @ w[:-1] + w[-1]).argmax(1) == y_test).double().mean())
+    opts = {"maxiter": positive_int(steps, "steps")}
+    fitted = minimize(
+        loss_and_grad, np.zeros(shape[0] * k), jac=True, method="L-BFGS-B", options=opts
+    )
+    w = torch.from_numpy(fitted.x).view(shape)
+    return float(((b @ w[:-1] + w[-1]).argmax(1) == y_test).double().mean())
 
 
 def knn_accuracy(
