@@ -97,3 +97,10 @@ def test_bad_arguments_are_named(data):
         fit.knn_accuracy(torch.ones(4, 3), torch.arange(4), torch.ones(2, 3), torch.arange(2), k=5)
     with pytest.raises(ValueError, match="test_fraction"):
         datasets.digits(test_fraction=1.0)
+
+
+def test_stored_results_load_and_a_wrong_name_is_named():
+    runs = datasets.stored("vit_digits")
+    assert isinstance(runs, dict) and runs
+    with pytest.raises(ValueError, match="name must be one of"):
+        datasets.stored("no_such_run")

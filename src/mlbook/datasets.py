@@ -2,19 +2,23 @@
 
 digits   scikit-learn's 8 x 8 handwritten digits (1,797 images, 10 classes, 16 grey levels),
          split once into a stratified train and test part; images (N, 1, 8, 8) in [0, 1].
+stored   the results of the book's longer runs (``scripts/*.py``), shipped as JSON in
+         ``mlbook/data``, so that a chapter can plot what a script measured.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from functools import lru_cache
+from importlib import resources
 
 import numpy as np
 import torch
 
 from .validation import integer, number
 
-__all__ = ["ImageSplit", "digits"]
+__all__ = ["ImageSplit", "digits", "stored"]
 
 
 @dataclass(frozen=True)
@@ -61,3 +65,15 @@ def digits(
     tr = torch.cat(train)[torch.randperm(sum(map(len, train)), generator=g)]
     te = torch.cat(test)[torch.randperm(sum(map(len, test)), generator=g)]
     return ImageSplit(x[tr], y[tr], x[te], y[te])
+
+
+def stored(name: str) -> dict:
+    """The stored results ``mlbook/data/<name>.json`` of one of the book's scripts."""
+    files = resources.files("mlbook").joinpath("data")
+    path = files.joinpath(f"{name}.json")
+    if not path.is_file():
+        have = sorted(
+            p.name.removesuffix(".json") for p in files.iterdir() if p.name.endswith(".json")
+        )
+        raise ValueError(f"name must be one of {have}, got {name!r}")
+    return json.loads(path.read_text(encoding="utf-8"))

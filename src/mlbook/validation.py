@@ -46,6 +46,7 @@ __all__ = [
     "distinct",
     "nonsingular",
     "fresh_id",
+    "cell_weights",
 ]
 
 
@@ -317,3 +318,16 @@ def nonsingular(m, name: str) -> torch.Tensor:
         detail = f" (condition number {cond:.3g})" if math.isfinite(cond) else ""
         raise ValueError(f"{name} must be invertible, got a singular matrix{detail}")
     return m
+
+
+def cell_weights(x, h, W_ih, W_hh, b_ih, b_hh, gates: int) -> None:
+    """A recurrent cell's weights in PyTorch's layout, ``gates`` blocks of H rows stacked:
+    x (B, I), h (B, H), W_ih (gates H, I), W_hh (gates H, H), b_ih, b_hh (gates H,). Weights of
+    another kind of cell would otherwise split silently into the wrong gates."""
+    float_tensor(x, "x", ndim=2)
+    H = float_tensor(h, "h", ndim=2).shape[1]
+    shape_is(h, "h", (x.shape[0], H))
+    shape_is(W_ih, "W_ih", (gates * H, x.shape[1]))
+    shape_is(W_hh, "W_hh", (gates * H, H))
+    shape_is(b_ih, "b_ih", (gates * H,))
+    shape_is(b_hh, "b_hh", (gates * H,))
