@@ -13,12 +13,13 @@ It prints one line:
     ? exercise 12.1 — cannot check here: ...                   a package the check needs is missing
 
 The checks live in one module per chapter (``mlbook.teaching.exercises.ch12`` for ``"12.1"``;
-``appa`` for ``"A.1"`` of appendix A), imported only when a check of that chapter runs. Each
-check is a small function, registered with :func:`exercise`, that calls the reader's functions
-through :func:`attempt`, compares the results with an independent reference through
-:func:`expect_answer`, and raises :class:`Incorrect` with specific feedback. Before it gives the generic "off by ..." message, :func:`expect_answer` compares
-the answer with the typical wrong answers that the check lists (the transposed matrix, the flipped
-sign, the missing factor), so that a reader hears *which* mistake they made.
+``appa`` for ``"A.1"`` of appendix A), imported only when a check of that chapter runs. Each check
+is a small function, registered with :func:`exercise`, that calls the reader's functions through
+:func:`attempt`, compares the results with an independent reference through :func:`expect_answer`,
+and raises :class:`Incorrect` with specific feedback. Before it gives the generic "off by ..."
+message, :func:`expect_answer` compares the answer with the typical wrong answers that the check
+lists (the transposed matrix, the flipped sign, the missing factor), so that a reader hears *which*
+mistake they made.
 
 Each chapter module also lists the typical wrong answers of its exercises, once:
 ``MISTAKES = {"12.1": [(answer, feedback), ...]}``, where ``answer`` is a wrong answer function
