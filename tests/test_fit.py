@@ -46,6 +46,8 @@ def test_linear_probe_matches_scikit_learn_logistic_regression(data):
     ref.fit(sc.transform(ztr.numpy()), data.y_train.numpy())
     theirs = ref.score(sc.transform(zte.numpy()), data.y_test.numpy())
     assert abs(ours - theirs) <= 2 / len(zte)  # the same convex optimum, up to a test row or two
+    with torch.no_grad():  # frozen features are often computed under no_grad
+        assert fit.linear_probe(ztr, data.y_train, zte, data.y_test, l2=1e-2, steps=100) == ours
 
 
 def test_knn_accuracy_matches_scikit_learn(data):

@@ -508,25 +508,33 @@ class Decoder(nn.Module):
             )
         return kv, ssm
 
-    def hidden_states(self, tokens, cache=None, positions=None, causal=True) -> list[torch.Tensor]:
+    def hidden_states(
+        self, tokens=None, cache=None, positions=None, causal=True, *, embeddings=None
+    ) -> list[torch.Tensor]:
         """The residual stream before every block and after the last: L + 1 tensors (B, T, d).
 
         tokens: (B, T) ids, the continuation of the cached sequence when a ``cache`` (from
-        :meth:`new_cache`) is given; positions: (T,) or (B, T) position ids for RoPE or the
-        learned table (default: the sequence positions); causal=False: no attention mask.
+        :meth:`new_cache`) is given; or instead ``embeddings`` (B, T, d), input vectors that take
+        the place of the token embeddings (image tokens spliced into text, chapter 32); positions:
+        (T,) or (B, T) position ids for RoPE or the learned table (default: the sequence
+        positions); causal=False: no attention mask.
         """
         c = self.config
-        nonempty(index_tensor(tokens, "tokens", c.vocab_size, ndim=2), "tokens")
+        if (tokens is None) == (embeddings is None):
+            raise ValueError("give either tokens or embeddings, not both or neither")
+        if tokens is not None:
+            nonempty(index_tensor(tokens, "tokens", c.vocab_size, ndim=2), "tokens")
+            x = self.embedding[tokens]  # (B, T) -> (B, T, d)
+        else:
+            x = float_tensor(embeddings, "embeddings", ndim=3, not_empty=True)
+            shape_is(x, "embeddings", (None, None, c.d_model))
         kv, ssm = self._cache_parts(cache)
-        start, T = (0 if cache is None else cache.seq_len), tokens.shape[1]
+        start, T = (0 if cache is None else cache.seq_len), x.shape[1]
         if start + T > c.max_seq_len:
             raise ValueError(f"{start} cached + {T} new tokens exceed max_seq_len={c.max_seq_len}")
-        x = self.embedding[tokens]  # (B, T) -> (B, T, d)
         if self.pos_embedding is not None:
             ids = (
-                torch.arange(start, start + T, device=tokens.device)
-                if positions is None
-                else positions
+                torch.arange(start, start + T, device=x.device) if positions is None else positions
             )
             x = (
                 x + self.pos_embedding[index_tensor(ids, "positions", c.max_seq_len)]
@@ -537,15 +545,17 @@ class Decoder(nn.Module):
             states.append(x)
         return states
 
-    def hidden(self, tokens, cache=None, positions=None, causal=True) -> torch.Tensor:
+    def hidden(self, tokens=None, cache=None, positions=None, causal=True, *, embeddings=None):
         """The final normalised hidden states h (B, T, d); arguments as :meth:`hidden_states`."""
-        x = self.hidden_states(tokens, cache, positions, causal)[-1]
+        x = self.hidden_states(tokens, cache, positions, causal, embeddings=embeddings)[-1]
         return x if self.final_norm is None else self.final_norm(x)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """The output head: h (..., d) -> logits (..., V), h E^T when tied (eq. 23.2)."""
         return h @ (self.embedding.T if self.head is None else self.head)
 
-    def forward(self, tokens, cache=None, positions=None, causal=True) -> torch.Tensor:
-        """tokens (B, T) -> logits (B, T, V): row t scores the token at position t + 1."""
-        return self.logits(self.hidden(tokens, cache, positions, causal))
+    def forward(self, tokens=None, cache=None, positions=None, causal=True, *, embeddings=None):
+        """tokens (B, T) -> logits (B, T, V): row t scores the token at position t + 1.
+
+        ``embeddings`` (B, T, d) instead of tokens: see :meth:`hidden_states`."""
+        return self.logits(self.hidden(tokens, cache, positions, causal, embeddings=embeddings))

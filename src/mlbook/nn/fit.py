@@ -96,6 +96,7 @@ def linear_probe(
     k = int(max(y_train.max(), y_test.max())) + 1
     shape = (a.shape[1] + 1, k)  # W (D, K) with the bias as its last row
 
+    @torch.enable_grad()  # also when called under torch.no_grad()
     def loss_and_grad(flat: np.ndarray) -> tuple[float, np.ndarray]:
         w = torch.from_numpy(flat).view(shape).requires_grad_(True)
         loss = F.cross_entropy(a @ w[:-1] + w[-1], y_train) + 0.5 * l2 * (w[:-1] ** 2).sum()
