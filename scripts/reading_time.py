@@ -1,4 +1,4 @@
-"""Measure every chapter and write its header's **Estimated time** line (one source: the text).
+"""Measure every chapter and appendix; write its header's **Estimated time** line (from the text).
 
     python scripts/reading_time.py           # rewrite the lines that differ from the measurement
     python scripts/reading_time.py --check   # exit 1 if a header disagrees with the measurement
@@ -51,7 +51,7 @@ def main() -> int:
     check = "--check" in sys.argv
     bad = 0
     for path in toc_notebooks():
-        if not re.match(r"^\d\d_", path.name):
+        if not re.match(r"^(\d\d|[a-c])_", path.name):  # the chapters and appendices A-C
             continue
         problems = sync(path, write=not check)
         bad += bool(problems)

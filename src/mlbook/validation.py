@@ -222,9 +222,9 @@ def broadcasts_to(x, name: str, shape: Sequence[int]) -> torch.Tensor:
     """``x`` must broadcast to exactly ``shape``: it may not enlarge it (a hidden broadcast)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    try:
-        ok = torch.broadcast_shapes(_shape(x), tuple(shape)) == tuple(shape)
-    except RuntimeError:
+    try:  # NumPy's rule is torch's, and it spares torch's first-call import of sympy
+        ok = np.broadcast_shapes(_shape(x), tuple(shape)) == tuple(shape)
+    except ValueError:
         ok = False
     if not ok:
         raise ValueError(f"{name} of shape {_shape(x)} does not broadcast to {tuple(shape)}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from ..validation import (
@@ -39,7 +40,8 @@ def _inputs(q, k, v, scale):
         float_tensor(x, n, min_ndim=2, not_empty=True)
         for x, n in zip((q, k, v), "qkv", strict=True)
     )
-    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    # torch's broadcasting rule, computed by NumPy (torch.broadcast_shapes imports sympy first)
+    batch = torch.Size(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
     c = 1.0 / math.sqrt(q.shape[-1]) if scale is None else positive(scale, "scale")
     return q, k, v, batch, c
 
