@@ -6,4 +6,5 @@ graph             message passing, the GCN layer, 1-WL colour refinement, over-s
 self_supervised   masked modelling, masked autoencoders, stop-gradient siamese learning (48)
 generalisation    bias and variance, minimum-norm interpolation, double descent, bounds (49)
 classic           kernels, hidden Markov models, Hopfield networks, RBMs (50)
+diffusion         noising, denoising, DiT blocks, Sinkhorn and Schrödinger bridges (51)
 """
