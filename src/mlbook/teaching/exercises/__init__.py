@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import importlib
 import math
+import numbers
 import pkgutil
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -63,6 +64,7 @@ __all__ = [
     "expect",
     "as_tensor",
     "as_int",
+    "as_number",
     "expect_tuple",
     "is_close",
     "expect_answer",
@@ -319,6 +321,14 @@ def as_int(value, what: str, unit: str = "a count") -> int:
     x = float(t.reshape(()))
     expect(math.isfinite(x) and x == int(x), f"{what} should be a whole number ({unit}), got {x}")
     return int(x)
+
+
+def as_number(value, what: str, unit: str = "") -> float:
+    """``value`` (a Python or NumPy real, not a bool) as a finite float; anything else gets a
+    message that ``what`` should return a number (of ``unit``: "tokens", "nats")."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    expect(ok and math.isfinite(value), f"{what} should return a number{unit}, got {value!r}")
+    return float(value)
 
 
 def expect_tuple(value, what: str, names: Sequence[str]) -> tuple:

@@ -15,14 +15,12 @@ functions (the tests feed each to its check).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import scipy.special
 import torch
 import torch.nn.functional as F
 
-from . import Incorrect, attempt, exercise, expect, expect_answer, expect_tuple
+from . import Incorrect, as_number, attempt, exercise, expect, expect_answer, expect_tuple
 from . import reference_answer as _ref
 
 F64 = torch.float64
@@ -453,11 +451,7 @@ def guess_never():
 @exercise("28.5", "predict_memory_length")
 def memory_length(answer) -> str:
     """The impulse response of h_t = 0.99 h_{t-1} + x_t, and the first lag below 1 %."""
-    guess = attempt(answer)
-    expect(
-        isinstance(guess, (int, float)) and not isinstance(guess, bool) and math.isfinite(guess),
-        f"predict_memory_length() should return a number of tokens, got {guess!r}",
-    )
+    guess = as_number(attempt(answer), "predict_memory_length()", " of tokens")
     gamma, h, response = 0.99, 0.0, []
     for t in range(2000):  # the experiment: one impulse at t = 0, then nothing
         h = gamma * h + (1.0 if t == 0 else 0.0)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 from importlib import resources
 
 import numpy as np
@@ -22,6 +21,7 @@ from scipy.optimize import minimize_scalar
 
 from . import (
     Incorrect,
+    as_number,
     as_tensor,
     attempt,
     exercise,
@@ -75,11 +75,7 @@ def guess_words():
 @exercise("29.1", "predict_token_growth")
 def token_growth(answer) -> str:
     """The growth of D_opt when C grows 10x, for Hoffmann et al.'s constants, found numerically."""
-    guess = attempt(answer)
-    expect(
-        isinstance(guess, numbers.Real) and not isinstance(guess, bool) and math.isfinite(guess),
-        f"predict_token_growth() should return a number (a factor), got {guess!r}",
-    )
+    guess = as_number(attempt(answer), "predict_token_growth()", " (a factor)")
     n1, d1, _ = _optimum(1e21, *HOFFMANN)
     n2, d2, _ = _optimum(1e22, *HOFFMANN)
     f_d, f_n = d2 / d1, n2 / n1

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from . import (
     Incorrect,
+    as_number,
     as_tensor,
     attempt,
     exercise,
@@ -72,11 +73,7 @@ def guess_a_word():
 @exercise("30.1", "predict_initial_loss")
 def initial_loss(answer) -> str:
     """The one-directional InfoNCE of 256 unrelated random pairs in R^128 at tau = 0.1."""
-    guess = attempt(answer)
-    expect(
-        isinstance(guess, (int, float)) and not isinstance(guess, bool) and math.isfinite(guess),
-        f"predict_initial_loss() should return a number (nats), got {guess!r}",
-    )
+    guess = as_number(attempt(answer), "predict_initial_loss()", " (nats)")
     gen = torch.Generator().manual_seed(301)
     N, D, tau = 256, 128, 0.1
     losses = [float(_info_nce(_randn(gen, N, D), _randn(gen, N, D), tau, False)) for _ in range(20)]

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from . import (
     Incorrect,
+    as_number,
     attempt,
     exercise,
     expect,
@@ -75,11 +76,7 @@ def guess_words():
 @exercise("32.1", "predict_video_tokens")
 def video_tokens(answer) -> str:
     """The number of LM tokens of the clip, counted by building its patches and merging them."""
-    guess = attempt(answer)
-    expect(
-        isinstance(guess, (int, float)) and not isinstance(guess, bool) and math.isfinite(guess),
-        f"predict_video_tokens() should return a number of tokens, got {guess!r}",
-    )
+    guess = as_number(attempt(answer), "predict_video_tokens()", " of tokens")
     n_patches, pairs, n_tokens = _video_tokens()
     seen = (
         f"the clip makes {pairs} frame pairs x 24 x 36 = {n_patches} patches, and the 2 x 2 "

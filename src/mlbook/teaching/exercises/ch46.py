@@ -18,7 +18,7 @@ import math
 import numpy as np
 import torch
 
-from . import Incorrect, attempt, exercise, expect, expect_answer, expect_tuple
+from . import Incorrect, as_number, attempt, exercise, expect_answer, expect_tuple
 
 F64 = torch.float64
 
@@ -67,11 +67,7 @@ def guess_not_a_number():
 @exercise("46.1", "predict_gradient_norm")
 def gradient_norm(answer) -> str:
     """The norm of the Jacobian of h_50 with respect to h_0, measured by autograd."""
-    guess = attempt(answer)
-    expect(
-        isinstance(guess, (int, float)) and not isinstance(guess, bool) and math.isfinite(guess),
-        f"predict_gradient_norm() should return a number, got {guess!r}",
-    )
+    guess = as_number(attempt(answer), "predict_gradient_norm()")
     measured = _measured_gradient_norm()
     seen = f"autograd measures ||dh_50/dh_0|| = {measured:.3g}"
     if guess <= 0 or abs(math.log(guess / measured)) > math.log(1.1):

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ...language import language_model as lm
-from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer, is_close
+from . import Incorrect, as_number, as_tensor, attempt, exercise, expect_answer, is_close
 
 F64 = torch.float64
 
@@ -63,11 +63,7 @@ WRONG_SHARE = {
 @exercise("48.1", "predict_unchanged_share")
 def unchanged_share(answer) -> str:
     """The exact share 0.15 (0.1 + 0.1 / V), revealed beside a million-token run of BERT's rule."""
-    guess = attempt(answer)
-    expect(
-        isinstance(guess, (int, float)) and not isinstance(guess, bool),
-        f"predict_unchanged_share() should return a fraction, got {guess!r}",
-    )
+    guess = as_number(attempt(answer), "predict_unchanged_share()", " (a fraction)")
     exact = _unchanged_share()
     g = torch.Generator().manual_seed(481)
     tokens = torch.randint(0, BERT_VOCAB, (1_000_000,), generator=g)

@@ -18,7 +18,7 @@ import math
 import numpy as np
 import torch
 
-from . import Incorrect, attempt, exercise, expect, expect_answer, expect_tuple
+from . import Incorrect, as_number, attempt, exercise, expect, expect_answer, expect_tuple
 from . import reference_answer as _ref
 
 F64 = torch.float64
@@ -54,11 +54,7 @@ def guess_none():
 @exercise("50.1", "predict_feature_factor")
 def feature_factor(answer) -> str:
     """Measure the error at D = 100 and 10,000 and infer the factor for a 10x smaller error."""
-    guess = attempt(answer)
-    expect(
-        isinstance(guess, (int, float)) and not isinstance(guess, bool) and math.isfinite(guess),
-        f"predict_feature_factor() should return a number, got {guess!r}",
-    )
+    guess = as_number(attempt(answer), "predict_feature_factor()")
     gen = torch.Generator().manual_seed(0)
     e_small, e_large = _rff_rms_error(25, gen), _rff_rms_error(2500, gen)
     slope = math.log(e_large / e_small) / math.log(100)  # d log error / d log D

@@ -18,7 +18,7 @@ import numpy as np
 import scipy.optimize
 import torch
 
-from . import attempt, exercise, expect, expect_answer
+from . import as_number, attempt, exercise, expect_answer
 
 F64 = torch.float64
 
@@ -70,11 +70,7 @@ WRONG_SIGNAL = [
 @exercise("51.1", "predict_signal_left")
 def signal_left(answer) -> str:
     """sqrt(alpha_bar_T) of the 1000-step schedule, within 25 %."""
-    guess = attempt(answer)
-    expect(
-        isinstance(guess, (int, float)) and not isinstance(guess, bool),
-        f"predict_signal_left() should return a number, got {guess!r}",
-    )
+    guess = as_number(attempt(answer), "predict_signal_left()")
     exact = math.sqrt(_alpha_bar_T())
     seen = (
         f"sqrt(alpha_bar_T) = {exact:.4f}, about exp(-sum(beta) / 2) with sum(beta) = "
