@@ -66,6 +66,7 @@ __all__ = [
     "as_int",
     "as_number",
     "expect_tuple",
+    "expect_guess",
     "is_close",
     "expect_answer",
     "mistakes",
@@ -329,6 +330,16 @@ def as_number(value, what: str, unit: str = "") -> float:
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
     expect(ok and math.isfinite(value), f"{what} should return a number{unit}, got {value!r}")
     return float(value)
+
+
+def expect_guess(got, want: float, what: str, wrong: Mapping[float, str], rtol: float = 0.05):
+    """A guessed number against the measured ``want`` within ``rtol``; ``wrong`` maps the usual
+    wrong guesses to the feedback that names them."""
+    got = as_tensor(got, what)
+    expect(got.numel() == 1, f"{what} should be one number, got shape {tuple(got.shape)}")
+    expect_answer(
+        got.reshape(()), want, what, wrong={fb: v for v, fb in wrong.items()}, atol=0, rtol=rtol
+    )
 
 
 def expect_tuple(value, what: str, names: Sequence[str]) -> tuple:

@@ -18,7 +18,7 @@ import math
 import numpy as np
 import torch
 
-from . import as_tensor, attempt, exercise, expect, expect_answer, expect_tuple
+from . import attempt, exercise, expect, expect_answer, expect_guess, expect_tuple
 from . import reference_answer as _ref
 
 F64 = torch.float64
@@ -441,16 +441,7 @@ def predict_distances(predict) -> str:
         ("your distance for momentum", guess[0], momentum, _WRONG_MOMENTUM),
         ("your distance for Adam", guess[1], adam_d, _WRONG_ADAM),
     ]:
-        got = as_tensor(got, what)
-        expect(got.numel() == 1, f"{what} should be one number, got shape {tuple(got.shape)}")
-        expect_answer(
-            got.reshape(()),
-            want,
-            what,
-            wrong={fb: value for value, fb in wrong.items()},
-            atol=0,
-            rtol=0.05,
-        )
+        expect_guess(got, want, what, wrong)
     return (
         f"momentum moved {momentum:.1f} (not 50: the velocity needs about 10 steps to reach "
         f"η g/(1 - β)), Adam {adam_d:.2f} (η per step, whatever the gradient's size)"

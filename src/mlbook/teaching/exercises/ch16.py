@@ -20,7 +20,16 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import Incorrect, as_tensor, attempt, exercise, expect, expect_answer, expect_tuple
+from . import (
+    Incorrect,
+    as_tensor,
+    attempt,
+    exercise,
+    expect,
+    expect_answer,
+    expect_guess,
+    expect_tuple,
+)
 from . import reference_answer as _ref
 
 F64 = torch.float64
@@ -466,16 +475,7 @@ def predict_step_factors(predict) -> str:
         ("your factor for SGD", guess[0], sgd, _WRONG_SGD),
         ("your factor for Adam", guess[1], adam, _WRONG_ADAM),
     ]:
-        got = as_tensor(got, what)
-        expect(got.numel() == 1, f"{what} should be one number, got shape {tuple(got.shape)}")
-        expect_answer(
-            got.reshape(()),
-            want,
-            what,
-            wrong={fb: value for value, fb in wrong.items()},
-            atol=0,
-            rtol=0.05,
-        )
+        expect_guess(got, want, what, wrong)
     return (
         f"measured: SGD's first step is {sgd:.3f} times too long, Adam's {adam:.3f} times: Adam "
         "divides the forgotten S out again"
