@@ -1,0 +1,1 @@
+"""Inference, systems and agents (chapters 39-44): decoding, serving, scale, tools, retrieval."""
