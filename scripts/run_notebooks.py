@@ -3,17 +3,22 @@
     python scripts/run_notebooks.py --inplace chapters/06_probability.ipynb ...
     python scripts/run_notebooks.py --bench _build/bench.md chapters/*.ipynb
 
-Each notebook runs in a fresh kernel from its own folder, as a reader's would. A notebook over
-the chapter budget (30 s on 2 CPU cores) is reported; any cell error stops with its traceback.
+Each notebook runs in a fresh kernel from its own folder, as a reader's would; ``--jobs`` of
+them at a time (default: one per CPU core), so the book's wall time is what a reader's machine
+needs to run it all. A notebook over the chapter budget (30 s on 2 CPU cores) is reported; its
+time is measured while the other jobs run, an upper bound of its time alone. The whole book is
+held to 10 minutes of wall time. Any cell error stops with its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -42,38 +47,53 @@ def main() -> int:
     ap.add_argument(
         "--keep-going", action="store_true", help="run every notebook even if one fails"
     )
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="notebooks at a time")
     args = ap.parse_args()
-    rows, total, failed = [], 0.0, []
-    for path in args.notebooks:
-        try:
-            nb, seconds = run(path)
-        except CellExecutionError as err:
-            if not args.keep_going:
-                raise
-            failed.append(str(path))
-            print(f"{path}: FAILED\n{str(err)[-1500:]}", flush=True)
-            continue
-        total += seconds
-        rows.append((str(path), seconds))
-        flag = "" if seconds <= BUDGET_S else f"  OVER the {BUDGET_S:.0f} s budget"
-        print(f"{path}: {seconds:.1f} s{flag}", flush=True)
-        if args.inplace:
-            nbformat.write(nb, path)
-    print(f"total: {total:.1f} s for {len(rows)} notebooks (book budget {BOOK_BUDGET_S:.0f} s)")
+    rows, failed = [], []
+    start = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = [(path, pool.submit(run, path)) for path in args.notebooks]
+        for path, future in futures:  # in the order given; they finish in any order
+            try:
+                nb, seconds = future.result()
+            except CellExecutionError as err:
+                if not args.keep_going:
+                    for _, other in futures:
+                        other.cancel()
+                    raise
+                failed.append(str(path))
+                print(f"{path}: FAILED\n{str(err)[-1500:]}", flush=True)
+                continue
+            rows.append((str(path), seconds))
+            flag = "" if seconds <= BUDGET_S else f"  OVER the {BUDGET_S:.0f} s budget"
+            print(f"{path}: {seconds:.1f} s{flag}", flush=True)
+            if args.inplace:
+                nbformat.write(nb, path)
+    total = time.perf_counter() - start  # wall time of the whole run
+    summed = sum(s for _, s in rows)
+    print(
+        f"total: {total:.1f} s wall for {len(rows)} notebooks, {args.jobs} at a time (book budget"
+        f" {BOOK_BUDGET_S:.0f} s); the notebooks' own times add up to {summed:.1f} s"
+    )
     if args.bench:
         args.bench.parent.mkdir(parents=True, exist_ok=True)
         lines = [
             f"Notebook run times on {platform.machine()} ({platform.processor() or 'cpu'}),"
-            f" Python {platform.python_version()}",
+            f" {os.cpu_count()} cores, Python {platform.python_version()}; {args.jobs} notebooks"
+            " at a time, so each time is an upper bound of the notebook's time alone",
             "",
             "| notebook | seconds | within 30 s |",
             "|---|---:|:---:|",
         ]
         lines += [f"| {n} | {s:.1f} | {'yes' if s <= BUDGET_S else 'NO'} |" for n, s in rows]
-        lines += [f"| **total** | **{total:.1f}** | {'yes' if total <= BOOK_BUDGET_S else 'NO'} |"]
+        lines += [
+            f"| **whole book, wall time** | **{total:.1f}** |"
+            f" {'yes' if total <= BOOK_BUDGET_S else 'NO'} (of {BOOK_BUDGET_S:.0f} s) |"
+        ]
         args.bench.write_text("\n".join(lines) + "\n", encoding="utf-8")
         args.bench.with_suffix(".json").write_text(
-            json.dumps({"rows": rows, "total_s": total}, indent=1), encoding="utf-8"
+            json.dumps({"rows": rows, "wall_s": total, "jobs": args.jobs}, indent=1),
+            encoding="utf-8",
         )
         print(f"wrote {args.bench}")
     over = [n for n, s in rows if s > BUDGET_S]
