@@ -16,6 +16,7 @@ the same functions with their feedback.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 
 import torch
@@ -548,6 +549,7 @@ def prenorm_block(answer) -> str:
 # --- 22.5: predict how far GPT-2 small is from 6ND ----------------------------------------------
 
 
+@functools.cache  # a fixed measurement: made once per process
 def _gpt2_ratio() -> tuple[float, dict]:
     """Measured FLOPs of one training step of GPT-2 small on 1024 tokens over 6ND, and parts."""
     from transformers import GPT2Config, GPT2LMHeadModel

@@ -12,6 +12,7 @@ functions (the tests feed each to its check).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -207,6 +208,15 @@ MISTAKES_30_3 = [
 ]
 
 
+_SWEEP = ((0.05, 0.2, 1.0), 40, 0.03)  # temperatures, steps, learning rate
+
+
+@functools.cache  # the reference and each typical wrong loop run once per process
+def _sweep_results(loop):
+    return loop(*(t.clone() for t in _sweep_case()), list(_SWEEP[0]), *_SWEEP[1:])
+
+
+@functools.cache
 def _sweep_case():
     from ...datasets import digits  # the data only; the loss and measures are written here
 
@@ -223,17 +233,17 @@ def _sweep_case():
 def temperature_sweep(answer) -> str:
     """Alignment and uniformity after training at each temperature, against a reference loop."""
     x_a, x_b, W0 = _sweep_case()
-    taus, steps, lr = [0.05, 0.2, 1.0], 40, 0.03
-    out = attempt(answer, x_a.clone(), x_b.clone(), W0.clone(), list(taus), steps, lr)
+    out = attempt(answer, x_a.clone(), x_b.clone(), W0.clone(), list(_SWEEP[0]), *_SWEEP[1:])
     align, unif = expect_tuple(out, "temperature_sweep(...)", ("alignment", "uniformity"))
-    want = _sweep(x_a, x_b, W0, taus, steps, lr)
+    want = _sweep_results(_sweep)
+    taus = list(_SWEEP[0])
     for k, (got, name) in enumerate(((align, "alignment"), (unif, "uniformity"))):
         what = f"the {name} list of temperature_sweep"
         try:
             expect_answer(got, want[k], what, atol=1e-6, rtol=1e-6)
-        except Incorrect:  # name the mistake: run the typical wrong loops one by one
+        except Incorrect:  # name the mistake: the typical wrong loops one by one
             for fn, feedback in MISTAKES_30_3:
-                wrong = fn(x_a, x_b, W0, taus, steps, lr)[k]
+                wrong = _sweep_results(fn)[k]
                 if is_close(as_tensor(got, what), as_tensor(wrong, what), atol=1e-6, rtol=1e-6):
                     raise Incorrect(f"{what}: {feedback}") from None
             raise
