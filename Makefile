@@ -12,7 +12,7 @@ export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help install book test lint unit nbval site-check outputs bench formulas headers students sync colab-check warm clean
+.PHONY: help install book test lint unit nbval check site-check outputs bench formulas headers students sync colab-check warm clean
 
 help:
 	@echo "make book     build the website into _build/html (from the stored notebook outputs)"
@@ -65,7 +65,15 @@ site-check: $(STAMP)
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 	$(PY) -m pytest -q -p no:cacheprovider -rs -m browser tests/test_browser.py
 
-test: lint unit nbval site-check
+# What `make test` runs: the unit tests and the notebooks' regression in ONE session on two
+# workers, so that neither waits for the other's slowest file; --dist loadfile keeps each
+# notebook's cells in order on one worker.
+check: warm
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile -m "not browser" \
+		--nbval --nbval-current-env --nbval-cell-timeout=300 \
+		--nbval-sanitize-with nbval_sanitize.cfg -o testpaths= tests $(NOTEBOOKS)
+
+test: lint check site-check
 
 outputs: warm
 	$(PY) scripts/run_notebooks.py --inplace $(NOTEBOOKS)
