@@ -26,3 +26,18 @@ def test_range_is_checked_after_conversion():
         positive_int(np.int64(0), "n")
     with pytest.raises(ValueError, match=r"k must be in \[0, 3\], got 4"):
         integer(np.int64(4), "k", 0, 3)
+
+
+def test_nonempty_names_the_argument_for_tensors_arrays_and_sequences():
+    import torch
+
+    from mlbook.validation import nonempty
+
+    for empty, says in (
+        (torch.zeros(0, 3), r"shape \(0, 3\)"),
+        (np.zeros((2, 0)), r"shape \(2, 0\)"),
+        ([], "an empty list"),
+    ):
+        with pytest.raises(ValueError, match=f"batch must not be empty, got {says}"):
+            nonempty(empty, "batch")
+    assert nonempty([0], "batch") == [0]

@@ -104,8 +104,11 @@ def finite(x, name: str):
 
 def nonempty(x, name: str):
     """``x`` must hold at least one element (an empty batch would average to NaN)."""
-    if (x.numel() if isinstance(x, torch.Tensor) else len(x)) == 0:
-        raise ValueError(f"{name} must not be empty, got shape {_shape(x)}")
+    if isinstance(x, torch.Tensor | np.ndarray):
+        if x.size == 0 if isinstance(x, np.ndarray) else x.numel() == 0:
+            raise ValueError(f"{name} must not be empty, got shape {_shape(x)}")
+    elif len(x) == 0:
+        raise ValueError(f"{name} must not be empty, got an empty {type(x).__name__}")
     return x
 
 
