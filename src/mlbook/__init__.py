@@ -11,9 +11,14 @@ One subpackage per part of the book, one module per concept inside it, named by 
     mlbook.language       tokenizer, embedding, language_model, corpora (17–18)
     mlbook.attention      dot_product, pretrained, multihead, head_taxonomy, positional, rope,
                           kv_cache, mla, online_softmax, tiled, flash_triton (19–26)
-    mlbook.architectures  moe, mixture_of_depths, linear_attention, ssm (27–32)
-    mlbook.models         the book's one decoder-only language model (22–24, and all later)
-    mlbook.beyond         convolution, recurrent, graph, self_supervised (45–51)
+    mlbook.architectures  moe, mixture_of_depths, linear_attention, ssm, scaling, contrastive,
+                          vit, vlm (27–32)
+    mlbook.models         the book's one decoder-only language model (22–24, and all later),
+                          its stored pretrained weights (checkpoints)
+    mlbook.posttraining   task, sft, lora, rl, rlhf, dpo, grpo, distillation, reasoning (33–38)
+    mlbook.systems        decoding, quantization, distributed, agents, retrieval, capstone (39–44)
+    mlbook.beyond         convolution, recurrent, graph, self_supervised, generalisation,
+                          classic, diffusion (45–51)
     mlbook.datasets       small real data sets that ship with the dependencies (digits)
     mlbook.teaching       checks, self-checking exercises, notebook setup, curriculum, assignments
     mlbook.viz            the book's plotting style and figure helpers
@@ -42,6 +47,8 @@ from . import (
     language,
     models,
     nn,
+    posttraining,
+    systems,
     teaching,
     validation,
     viz,
@@ -58,6 +65,8 @@ __all__ = [
     "language",
     "models",
     "nn",
+    "posttraining",
+    "systems",
     "teaching",
     "validation",
     "viz",
