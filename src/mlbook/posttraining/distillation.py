@@ -24,9 +24,10 @@ import torch
 
 from ..models.decoder import Decoder
 from ..models.training import get_batch, lm_loss
+from ..nn.losses import distillation_grad, distillation_loss
 from ..nn.optim import Optimizer, OptimizerConfig, clip_grad_norm
 from ..nn.schedules import warmup_cosine
-from ..nn.softmax import log_softmax, softmax
+from ..nn.softmax import softmax
 from ..validation import float_tensor, index_tensor, one_of, positive, positive_int, same_shape
 
 __all__ = [
@@ -65,16 +66,15 @@ def kd_loss(
     temperature: float,
     reduction: str = "mean",
 ) -> torch.Tensor:
-    """T^2 KL(q_T || p_T) at every position, from log-softmaxes (stable). Implements eq. 38.2.
+    """T^2 KL(q_T || p_T) at every position of a language model. Implements eq. 38.2.
 
-    student_logits z^s, teacher_logits z^t: (..., V); temperature: T > 0. reduction: "mean"
-    over all positions (a number) or "none" (shape (...)). The teacher is not differentiated.
+    Chapter 13's distillation loss (eq. 13.5, stable log-softmaxes) with the teacher not
+    differentiated. student_logits z^s, teacher_logits z^t: (..., V); temperature: T > 0.
+    reduction: "mean" over all positions (a number) or "none" (shape (...)).
     """
     T = _pair(student_logits, teacher_logits, temperature)
     one_of(reduction, "reduction", ("mean", "none"))
-    log_q = log_softmax(teacher_logits.detach(), dim=-1, temperature=T)  # (..., V) teacher
-    log_p = log_softmax(student_logits, dim=-1, temperature=T)  # (..., V) student
-    per_position = T * T * (log_q.exp() * (log_q - log_p)).sum(-1)  # (...)
+    per_position = distillation_loss(student_logits, teacher_logits.detach(), T)  # (...)
     return per_position.mean() if reduction == "mean" else per_position
 
 
@@ -100,12 +100,13 @@ def kd_grad(
     student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float
 ) -> torch.Tensor:
     """T (p_T - q_T): the gradient of the per-position loss of eq. 38.2 with respect to the
-    student's logits. Implements eq. 38.3.
+    student's logits (chapter 13's distillation_grad). Implements eq. 38.3.
 
     student_logits, teacher_logits: (..., V); temperature: T > 0. Returns (..., V), every row
     summing to zero (the gradient of ``kd_loss(..., reduction="none").sum()``)."""
-    T = _pair(student_logits, teacher_logits, temperature)
-    return T * (soft_targets(student_logits, T) - soft_targets(teacher_logits, T))
+    return distillation_grad(
+        student_logits, teacher_logits, _pair(student_logits, teacher_logits, temperature)
+    )
 
 
 def kd_grad_naive(
@@ -224,7 +225,7 @@ def held_out_kl(
         for start in range(0, n, positive_int(batch_size, "batch_size")):
             xb = x[start : start + batch_size]
             total += kd_loss(student(xb), teacher(xb), 1.0, reduction="none").sum().item()
-    return total / (n * T_win)
+    return max(total / (n * T_win), 0.0)  # a KL is >= 0; identical models leave rounding only
 
 
 #: The two stored students: trained on hard next-token labels, and on the teacher's soft targets.
