@@ -7,7 +7,7 @@ and served in the later chapters), configured, not copied.
     generate    the one generate: greedy, temperature, top-k, top-p, with or without cache (23-24)
     training    next-token loss, batches, evaluation, the training loop with warmup (23)
     hf          weights to and from transformers' LlamaForCausalLM and GPT2LMHeadModel (22-23)
-    checkpoints the decoders pretrained by scripts/pretrain_decoders.py, stored in the package (33-44)
+    checkpoints decoders pretrained by scripts/pretrain_decoders.py, stored in the package (33-44)
 
 One forward pass, module by module: token ids (B, T) index the embedding E (V, d), plus a learned
 position table in the GPT-2 form. Each of the L blocks (``decoder.DecoderBlock``) normalises the
