@@ -53,8 +53,10 @@ lint: $(STAMP)
 unit: warm
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist worksteal -m "not browser" tests
 
+# Two notebooks run at a time, one per core: each kernel gets one thread (OMP_NUM_THREADS=1);
+# two threads each would only contend, and spin-waiting threads waste about a fifth of the CPU.
 nbval: warm
-	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --nbval --nbval-current-env \
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --nbval --nbval-current-env \
 		--nbval-cell-timeout=300 \
 		--nbval-sanitize-with nbval_sanitize.cfg -o testpaths= $(NOTEBOOKS)
 
@@ -67,9 +69,9 @@ site-check: $(STAMP)
 
 # What `make test` runs: the unit tests and the notebooks' regression in ONE session on two
 # workers, so that neither waits for the other's slowest file; --dist loadfile keeps each
-# notebook's cells in order on one worker.
+# notebook's cells in order on one worker; one thread per kernel, as in nbval.
 check: warm
-	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile -m "not browser" \
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile -m "not browser" \
 		--nbval --nbval-current-env --nbval-cell-timeout=300 \
 		--nbval-sanitize-with nbval_sanitize.cfg -o testpaths= tests $(NOTEBOOKS)
 

@@ -49,6 +49,8 @@ def main() -> int:
     )
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="notebooks at a time")
     args = ap.parse_args()
+    if args.jobs > 1:  # one thread per kernel: more would only contend for the cores
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
     rows, failed = [], []
     start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
