@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import platform
 import sys
@@ -32,7 +33,7 @@ BOOK_BUDGET_S = 600.0
 def run(path: Path) -> tuple[nbformat.NotebookNode, float]:
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
-        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+        nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
     )
     start = time.perf_counter()
     client.execute()
@@ -53,7 +54,10 @@ def main() -> int:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
     rows, failed = [], []
     start = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+    # "spawn": a fresh interpreter per worker; a forked copy of this process would inherit the
+    # state of its ZeroMQ and asyncio libraries, and a kernel's reply can then be lost
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs), mp_context=spawn) as pool:
         futures = [(path, pool.submit(run, path)) for path in args.notebooks]
         for path, future in futures:  # in the order given; they finish in any order
             try:
