@@ -12,7 +12,6 @@ from pathlib import Path
 
 import nbformat
 import pytest
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -304,13 +303,6 @@ def test_config_has_the_sheet_macros_and_only_builds_toc_files():
     macros = cfg["sphinx"]["config"]["mathjax3_config"]["tex"]["macros"]
     assert macros == booktools.sheet()["macros"]
     assert {"sphinx_exercise", "sphinx_togglebutton"} <= set(cfg["sphinx"]["extra_extensions"])
-
-
-def test_project_sheet_copy_matches_the_shared_sheets():
-    shared = ROOT.parent / "shared" / "formula_sheets.yml"
-    if not shared.exists():
-        pytest.skip("no ../shared/formula_sheets.yml beside this checkout")
-    assert yaml.safe_load(shared.read_text(encoding="utf-8")) == booktools.sheet()
 
 
 def test_appendix_e_is_up_to_date():
