@@ -11,10 +11,6 @@ export PYTHONHASHSEED := 0
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM := false
-# Bytecode caches are written: where the environment turns them off (PYTHONDONTWRITEBYTECODE=1,
-# as on some CI machines) every kernel and test process would compile torch from source again,
-# which made `make test` half again as slow.
-export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: help install book test lint unit nbval check site-check outputs bench formulas headers students sync colab-check warm clean
 
@@ -32,9 +28,10 @@ help:
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	# --no-compile: Python compiles each module the first time it is imported (see
-	# PYTHONDONTWRITEBYTECODE above) instead of pip compiling every file of every wheel
-	$(PY) -m pip install --quiet --no-compile -r requirements.txt
+	# pip compiles every module to bytecode here, once: where PYTHONDONTWRITEBYTECODE is set
+	# (as on CI), Python would otherwise compile torch anew in every kernel and test process,
+	# which made `make test` half again as slow
+	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
