@@ -59,12 +59,6 @@ __all__ = [
 TOKENS_PER_PARAMETER = 20
 
 
-def _config(config) -> DecoderConfig:
-    if not isinstance(config, DecoderConfig):
-        raise TypeError(f"config must be a DecoderConfig, got {type(config).__name__}")
-    return config
-
-
 # --- eq. 44.1: parameters from the shape -------------------------------------------------------
 
 
@@ -74,7 +68,7 @@ def approx_parameters(config: DecoderConfig) -> int:
     Per layer: W_q and W_o (d^2 each), W_k and W_v (d H_kv d_h each), a feed-forward block of
     8 d^2 (GELU with h = 4d, or SwiGLU with h = 8d/3); one embedding table.
     """
-    c = _config(config)
+    c = counting._config(config)
     d, L, kv = c.d_model, c.n_layers, c.n_kv_heads * c.head_dim
     return L * (2 * d * d + 2 * d * kv + 8 * d * d) + c.vocab_size * d
 
@@ -86,7 +80,7 @@ def parameter_gap(config: DecoderConfig) -> dict[str, int]:
     "attention biases"; "norms": the norm gains (and LayerNorm biases); "untied head and
     positions": a second V d table and a learned position table. Attention-only models.
     """
-    c = _config(config)
+    c = counting._config(config)
     if "ssm" in c.layer_kinds:
         raise ValueError("parameter_gap covers attention layers only (config has SSM layers)")
     d, L, kv = c.d_model, c.n_layers, c.n_kv_heads * c.head_dim
@@ -135,7 +129,7 @@ def kv_cache_memory(
     The same count as eq. 24.2 (:func:`~mlbook.attention.kv_cache.kv_cache_bytes`), read off the
     model's configuration.
     """
-    c = _config(config)
+    c = counting._config(config)
     return kv_cache_bytes(c.n_layers, c.n_kv_heads, c.head_dim, seq_len, bytes_per_element, batch)
 
 
@@ -145,7 +139,7 @@ def budget(
     """The budget of eqs. 44.1-44.3 for a configuration, trained on ``n_tokens`` tokens
     (None: the compute-optimal 20 N) and serving sequences of ``seq_len`` tokens (None:
     max_seq_len) from a 2-byte cache. Returns N, D, C, N_opt for that C, M_train and M_KV."""
-    c = _config(config)
+    c = counting._config(config)
     N = approx_parameters(c)
     D = chinchilla_tokens(N) if n_tokens is None else positive(n_tokens, "n_tokens")
     C = 6 * N * D
