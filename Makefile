@@ -50,7 +50,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check src tests scripts benchmarks
 
 # Unit tests; the student versions run in-process through their exercises and nbgrader grades
-# two cut-down chapters (tests/test_assign_run.py).
+# a cut-down chapter (tests/test_assign_run.py).
 unit: warm
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist worksteal -m "not browser" tests
 

@@ -296,6 +296,21 @@ def test_toc_parts_mirror_the_sheets():
         assert numbers == sorted(numbers), f"chapters of {part['caption']} out of order"
 
 
+def test_chapter_titles_are_the_sheets_titles():
+    """A chapter of the sheets is titled as its sheet ("19 · Scaled Dot-Product Attention"), so
+    that the sidebar, Appendix E and the sheets name it alike."""
+    titles = {str(ch["number"]): ch["title"] for ch in booktools.sheet()["chapters"]}
+    for path in NOTEBOOKS:
+        key = booktools.sheet_key(path)
+        if key in titles:
+            first = next(
+                c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"
+            )
+            heading = next(ln for ln in first.source.splitlines() if ln.startswith("# "))
+            number = key.zfill(2) if key.isdigit() else key
+            assert heading == f"# {number} · {titles[key]}", f"{path.name}: {heading}"
+
+
 def test_config_has_the_sheet_macros_and_only_builds_toc_files():
     cfg = booktools.config()
     assert cfg["only_build_toc_files"] is True

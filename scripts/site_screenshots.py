@@ -1,0 +1,53 @@
+"""The README's two pictures of the site: a chapter at 1280 px, and at 400 px with the table of
+contents open. Made from the built site (``make book`` first) in the offline headless Chromium
+of the browser test, so that they show what that test checks.
+
+    .venv/bin/python scripts/site_screenshots.py [chapters/19_attention.html]
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from test_browser import _SIDEBAR, _SIDEBAR_OPEN, SITE, _browser_or_skip, _serve  # noqa: E402
+
+
+def main(page: str = "chapters/19_attention.html") -> None:
+    served = _serve(SITE)
+    base = next(served)
+    driver = _browser_or_skip()
+    try:
+        for width, height, name, open_sidebar in (
+            (1280, 800, "site-desktop-1280.png", False),
+            (400, 720, "site-phone-400-sidebar.png", True),
+        ):
+            driver.set_window_size(width, height)
+            driver.get(f"{base}/{page}")
+            driver.execute_async_script(
+                "const done = arguments[0];"
+                "window.MathJax.startup.promise.then(() => document.fonts.ready).then(done);"
+            )
+            if open_sidebar:
+                problem = driver.execute_script(_SIDEBAR)
+                time.sleep(0.3)
+                problem = problem or driver.execute_script(_SIDEBAR_OPEN)
+                if problem:
+                    raise SystemExit(f"the sidebar did not open: {problem}")
+            # the screenshot is of the viewport: set the page's inner size, not the window's
+            inner = driver.execute_script("return [window.innerWidth, window.innerHeight]")
+            driver.set_window_size(2 * width - inner[0], 2 * height - inner[1])
+            out = ROOT / "docs" / name
+            driver.save_screenshot(str(out))
+            print(f"{out.relative_to(ROOT)}: {page} at {width} px")
+    finally:
+        driver.quit()
+        next(served, None)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
