@@ -8,13 +8,12 @@ of the browser test, so that they show what that test checks.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from test_browser import _SIDEBAR, _SIDEBAR_OPEN, SITE, _browser_or_skip, _serve  # noqa: E402
+from test_browser import SITE, _browser_or_skip, _serve, open_sidebar  # noqa: E402
 
 
 def main(page: str = "chapters/19_attention.html") -> None:
@@ -22,7 +21,7 @@ def main(page: str = "chapters/19_attention.html") -> None:
     base = next(served)
     driver = _browser_or_skip()
     try:
-        for width, height, name, open_sidebar in (
+        for width, height, name, with_sidebar in (
             (1280, 800, "site-desktop-1280.png", False),
             (400, 720, "site-phone-400-sidebar.png", True),
         ):
@@ -32,12 +31,8 @@ def main(page: str = "chapters/19_attention.html") -> None:
                 "const done = arguments[0];"
                 "window.MathJax.startup.promise.then(() => document.fonts.ready).then(done);"
             )
-            if open_sidebar:
-                problem = driver.execute_script(_SIDEBAR)
-                time.sleep(0.3)
-                problem = problem or driver.execute_script(_SIDEBAR_OPEN)
-                if problem:
-                    raise SystemExit(f"the sidebar did not open: {problem}")
+            if with_sidebar and (problem := open_sidebar(driver)):
+                raise SystemExit(f"the sidebar did not open: {problem}")
             # the screenshot is of the viewport: set the page's inner size, not the window's
             inner = driver.execute_script("return [window.innerWidth, window.innerHeight]")
             driver.set_window_size(2 * width - inner[0], 2 * height - inner[1])

@@ -275,34 +275,42 @@ def page_problems(driver, base: str, page: str, site: Path = SITE) -> dict[str, 
     scroll_w, client_w, wide = driver.execute_script(_OVERFLOW)
     if scroll_w > client_w + 1:
         found["overflow"].append(f"page is {scroll_w} px wide at {client_w} px: {wide}")
+    if problem := open_sidebar(driver):
+        found["sidebar"].append(problem)
+    return {k: v for k, v in found.items() if v}
+
+
+def open_sidebar(driver) -> str | None:
+    """Click the sidebar button of the page in ``driver``; None once the table of contents is
+    open, else what went wrong."""
     problem = driver.execute_script(_SIDEBAR)
     if problem is None:  # clicked: the sidebar opens at once (transitions are off)
         deadline = time.monotonic() + 2.0
         while (problem := driver.execute_script(_SIDEBAR_OPEN)) and time.monotonic() < deadline:
             time.sleep(0.05)
-    if problem:
-        found["sidebar"].append(problem)
-    return {k: v for k, v in found.items() if v}
+    return problem
 
 
 def test_every_page_works_offline_on_desktop_and_phone(browsers, server):
     from concurrent.futures import ThreadPoolExecutor
+    from queue import SimpleQueue
 
-    # largest pages first, each browser taking the next page when it is free: neither waits
-    queue = sorted(PAGES, key=lambda p: (SITE / p).stat().st_size, reverse=True)
-    lock = threading.Lock()
-    results = {}
+    # one task per page, largest first; a task borrows whichever browser is free (there are as
+    # many threads as browsers, so one always is), and neither browser waits for the other
+    idle = SimpleQueue()
+    for driver in browsers:
+        idle.put(driver)
 
-    def run(driver):
-        while True:
-            with lock:
-                if not queue:
-                    return
-                page = queue.pop(0)
-            results[page] = page_problems(driver, server, page)
+    def check(page):
+        driver = idle.get()
+        try:
+            return page_problems(driver, server, page)
+        finally:
+            idle.put(driver)
 
+    order = sorted(PAGES, key=lambda p: (SITE / p).stat().st_size, reverse=True)
     with ThreadPoolExecutor(len(browsers)) as pool:
-        list(pool.map(run, browsers))
+        results = dict(zip(order, pool.map(check, order), strict=True))
     failures = {p: results[p] for p in PAGES if results[p]}
     counts = {}
     for problems in failures.values():
